@@ -1,0 +1,119 @@
+// The engine's public API: the only header that src/server and tools include to run a model.
+// One engine thread owns all scheduling and cache state; submit()/cancel() are the only
+// cross-thread hand-offs (a queue in, a RequestStream out).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dil {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::map<int32_t, float> logit_bias;
+  std::optional<uint64_t> seed;  // seeded: draws keyed by (seed, position), batch-independent
+  int logprobs = -1;             // -1: none; 0: chosen token only; N: plus top-N
+};
+
+struct StopParams {
+  int max_tokens = 16;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
+};
+
+struct GenRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StopParams stop;
+};
+
+enum class FinishReason { None, Length, Stop, Cancelled, Error };
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+struct GenToken {
+  int32_t token = 0;
+  float logprob = 0.0f;                 // valid when sampling.logprobs >= 0
+  std::vector<TokenLogprob> top;        // top-N when sampling.logprobs > 0
+};
+
+struct GenOutput {
+  std::vector<GenToken> tokens;         // new tokens since the previous output
+  FinishReason finish = FinishReason::None;
+  int32_t stop_token = -1;              // the stop/EOS token that ended it (not in `tokens`)
+  std::string error;                    // when finish == Error
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+// Output side of one request. Thread-safe; the engine pushes, the connection thread pops.
+class RequestStream {
+ public:
+  virtual ~RequestStream() = default;
+  // Waits up to `timeout` for output. Returns false on timeout. After an output with
+  // finish != None, no further outputs come.
+  virtual bool next(GenOutput* out, std::chrono::milliseconds timeout) = 0;
+  virtual const std::string& id() const = 0;
+};
+
+struct EngineStats {
+  int running = 0;
+  int waiting = 0;
+  int swapped = 0;
+  int64_t preemptions = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t steps = 0;
+  double kv_usage = 0.0;  // fraction of KV blocks in use
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+};
+
+struct EngineInfo {
+  std::string model_name;
+  int vocab_size = 0;
+  int max_model_len = 0;
+  int32_t eos_token_id = 1;
+  int32_t bos_token_id = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Never blocks on model work. Invalid requests (too long, bad ids) finish with Error.
+  virtual std::shared_ptr<RequestStream> submit(GenRequest req) = 0;
+  virtual void cancel(const std::string& id) = 0;  // frees the request's state within one step
+  virtual EngineStats stats() const = 0;
+  virtual const EngineInfo& info() const = 0;
+  virtual void shutdown() = 0;
+};
+
+struct EngineOptions {
+  std::string model_dir;
+  std::string device = "cpu";        // cpu | cuda
+  std::string numerics = "official";  // official | reference
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 4096;
+  int64_t kv_blocks = 0;              // 0: derive from kv_memory_bytes
+  int64_t kv_memory_bytes = 256ll << 20;
+  int block_tokens = 128;
+};
+
+std::unique_ptr<Engine> make_engine(const EngineOptions& opts);  // throws dil::Error
+
+}  // namespace dil

@@ -1,0 +1,188 @@
+// The op interface. The model (src/model) is written once against Backend&; the CPU backend
+// (src/kernels/cpu, the executable specification) and the CUDA backend (src/kernels/cuda)
+// implement it. One args struct per op family where the argument list is long.
+//
+// Conventions
+// - Activations are f32 on the backend's device, row-major, first dim = tokens of the step.
+// - Weights are in the checkpoint's own formats (Weight below); each op dequantizes by the
+//   official formulas (model-spec §2.1).
+// - Ops never synchronize with the host; everything data-dependent stays on the device.
+// - Exact top-k ties are broken towards the lowest index (design.md, Numerics).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dil {
+
+// A checkpoint matrix as stored, [out, in].
+struct Weight {
+  enum class Kind : uint8_t { F32, BF16, FP8, FP4 };
+  Kind kind = Kind::BF16;
+  Tensor w;      // F32/BF16/F8E4M3: [out, in]; FP4: I8 [out, in/2] (low nibble = even column)
+  Tensor scale;  // FP8: E8M0 [ceil(out/bn), ceil(in/bk)]; FP4: E8M0 [out, in/32]; else empty
+  int block_out = 0, block_in = 0;  // FP8 block shape (128x128 V4, 32x32 V4.1); FP4: 1x32
+  int64_t out = 0, in = 0;
+  bool empty() const { return w.empty(); }
+};
+
+// Per-step sequence layout, host copies plus device copies (uploaded once per step).
+// Token t of the step belongs to sequence tok_seq[t] at absolute position tok_pos[t].
+struct StepMeta {
+  int n_seqs = 0;
+  int n_tokens = 0;
+  int max_blocks = 0;  // columns of block_table
+  int block_tokens = 0;  // tokens per KV block (a multiple of 128)
+  // host
+  std::vector<int32_t> h_q_start, h_len, h_start_pos, h_slot;  // [n_seqs]
+  std::vector<int32_t> h_tok_pos, h_tok_seq;                   // [n_tokens]
+  std::vector<int32_t> h_block_table;                          // [n_seqs, max_blocks], -1 = none
+  // device (same contents, i32)
+  Tensor q_start, len, start_pos, slot, tok_pos, tok_seq, block_table;
+};
+
+// Rows emitted by a compressor during one step, in (seq, window) order; planned on the host
+// from positions alone, so no device read-back is needed.
+struct EmitPlan {
+  int n = 0;
+  std::vector<int32_t> h_seq, h_row, h_pos;  // [n] step-seq index, logical row w, position w*m
+  Tensor seq, row, pos;                      // device copies, i32 [n]
+};
+
+struct RopeTable {
+  Tensor inv_freq;  // [rope_dims/2] f32, already YaRN-corrected where the layer uses YaRN
+  int rope_dims = 0;
+};
+
+struct HcArgs {
+  Tensor fn;     // [m, n*D] f32 (m = n*(2+n) for a sublayer, n for the head)
+  Tensor base;   // [m] f32
+  Tensor scale;  // [3] f32 (sublayer) or [1] (head)
+  int n = 4;
+  int sinkhorn_iters = 20;
+  float norm_eps = 1e-6f;
+  float hc_eps = 1e-6f;
+};
+
+struct AttnArgs {
+  Tensor q;          // [T, H, d] f32
+  Tensor kv_new;     // [T, d] f32: this step's window rows (already rope'd / QDQ'd)
+  Tensor ring;       // [n_slots, W, d] f32: window rows of earlier steps, slot = pos mod W
+  Tensor comp;       // [n_blocks, rows_per_block, d] f32 compressed rows (empty: none)
+  int comp_ratio = 0;      // rows per token ratio m of `comp` (0: no compressed branch)
+  int rows_per_block = 0;
+  Tensor comp_idx;   // [T, K] i32 logical compressed rows per query (-1 skip); empty = all visible
+  Tensor sink;       // [H] f32
+  float scale = 0;
+  int window = 128;
+  Tensor out;        // [T, H, d] f32
+};
+
+struct CompressorArgs {
+  Tensor a;          // [T, c*dc] f32 wkv(x)
+  Tensor g;          // [T, c*dc] f32 wgate(x) (ape added inside, by position mod m)
+  Tensor ape;        // [m, c*dc] f32 (empty for V4.1)
+  Tensor state_kv;   // [n_slots, rows, c*dc] f32
+  Tensor state_score;// [n_slots, rows, c*dc] f32
+  int ratio = 4;
+  bool overlap = true;  // c = 2 (V4 ratio 4)
+  int dc = 512;
+  Tensor out;        // [plan.n, dc] f32 pooled rows (before norm / rope)
+};
+
+struct IndexerArgs {
+  Tensor q;          // [T, Hi, di] f32
+  Tensor w;          // [T, Hi] f32 head weights (already scaled)
+  Tensor keys;       // [n_blocks, rows_per_block, di] f32
+  int ratio = 4;
+  int rows_per_block = 0;
+  int topk = 512;
+  Tensor out_idx;    // [T, topk] i32 logical rows, -1 padded; order: descending score
+  bool sort_ascending = false;  // V4.1: selected rows sorted by index
+};
+
+struct MoeRouteArgs {
+  Tensor logits;     // [T, E] f32
+  Tensor bias;       // [E] f32 selection bias (empty for hash layers)
+  Tensor tid2eid;    // [V, k] i32 (hash routing) or empty
+  Tensor ids;        // [T] i32 token ids (hash routing)
+  int topk = 6;
+  float route_scale = 1.5f;
+  float norm_eps = 0.0f;  // V4: 0, V4.1: 1e-20
+  Tensor out_w;      // [T, k] f32
+  Tensor out_idx;    // [T, k] i32
+};
+
+struct MoeExpertsArgs {
+  Tensor x;                       // [T, D] f32
+  const std::vector<Weight>* w1;  // per expert [I, D]
+  const std::vector<Weight>* w2;  // per expert [D, I]
+  const std::vector<Weight>* w3;  // per expert [I, D]
+  Tensor route_w;                 // [T, k] f32
+  Tensor route_idx;               // [T, k] i32
+  int act_block = 0;              // FP8 activation-quant block (0: none)
+  float swiglu_limit = 10.0f;
+  Tensor out;                     // [T, D] f32 (overwritten with the routed sum)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // Memory. alloc returns zero-filled memory on the backend's device.
+  virtual Buffer alloc(size_t bytes) = 0;
+  virtual void upload(Tensor dst, const void* host_src) = 0;    // dst.nbytes() bytes
+  virtual void download(void* host_dst, const Tensor& src) = 0;
+  virtual void fill(Tensor t, float value) = 0;                 // f32 tensors
+  virtual void copy(Tensor dst, const Tensor& src) = 0;         // same size, device to device
+  virtual void synchronize() = 0;
+  // A weight in this backend's memory (CPU: the mapping itself; CUDA: a device copy).
+  virtual Weight adopt_weight(const Weight& host) = 0;
+  virtual Tensor adopt_tensor(const Tensor& host) = 0;
+
+  // Elementwise / token-wise.
+  virtual void embed(const Weight& table, const Tensor& ids, Tensor out) = 0;  // ids [T] i32 -> [T, D]
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) = 0;  // x [R, d]; w [d] or empty
+  virtual void add(const Tensor& a, const Tensor& b, Tensor out) = 0;
+  virtual void linear(const Tensor& x, const Weight& w, int act_block, Tensor out) = 0;  // [T,in] -> [T,out]
+  // out[t, g, :] = W[g*N:(g+1)*N, :] . x[t, g, :]   (x [T, G, K], W [G*N, K], out [T, G, N])
+  virtual void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out) = 0;
+  virtual void rope(Tensor x, const Tensor& pos, const RopeTable& table, bool inverse) = 0;  // x [R, H, d], pos [R]
+  virtual void fp8_qdq(Tensor x, int cols, int block) = 0;  // x [R, d]: QDQ of columns [0, cols) in blocks
+  virtual void fp4_qdq(Tensor x, int block, bool e4m3_scale) = 0;  // x [R, d]
+  virtual void hadamard(Tensor x) = 0;                               // x [R, d], d a power of two
+
+  // mHC. hc_mix: pre [T,n], post [T,n], comb [T,n,n] (post/comb unused when fn has n rows: head).
+  virtual void hc_mix(const Tensor& X, const HcArgs& a, Tensor pre, Tensor post, Tensor comb) = 0;
+  virtual void hc_collapse(const Tensor& X, const Tensor& pre, Tensor out) = 0;  // [T,n,D] -> [T,D]
+  virtual void hc_post(const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out) = 0;
+  virtual void hc_expand(const Tensor& e, int n, Tensor X) = 0;  // [T,D] -> [T,n,D]
+
+  // Attention and its state.
+  virtual void sparse_attention(const AttnArgs& a, const StepMeta& m) = 0;
+  virtual void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) = 0;
+  virtual void compressor(const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m) = 0;
+  virtual void paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
+                           const StepMeta& m) = 0;
+  virtual void indexer_topk(const IndexerArgs& a, const StepMeta& m) = 0;
+
+  // MoE.
+  virtual void moe_route(const MoeRouteArgs& a) = 0;
+  virtual void moe_experts(const MoeExpertsArgs& a) = 0;
+  // out = silu(min(g, limit)) * clamp(u, -limit, limit) [* w per row]; g,u,out [T, I]; w [T] or empty
+  virtual void swiglu(const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out) = 0;
+
+  // Reset the recurrent state of the given slots (compressor scores -inf, kv 0).
+  virtual void reset_state(Tensor state_kv, Tensor state_score, const std::vector<int32_t>& slots) = 0;
+};
+
+enum class BackendKind { CPU, CUDA };
+// The one dispatch point (the only #ifdef on CUDA outside CMake lives in its .cpp).
+std::unique_ptr<Backend> make_backend(BackendKind kind, int device_index = 0);
+BackendKind parse_backend_kind(const std::string& s);  // "cpu" | "cuda"; throws dil::Error
+
+}  // namespace dil

@@ -1,0 +1,60 @@
+// What the runtime sees of a model: load, cache sizing, and one forward step over a batch of
+// sequence chunks (prefill chunks and decode tokens mixed). The runtime never sees tensor
+// contents; the model never sees requests or scheduling.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+namespace dil {
+
+enum class Numerics { Official, Reference };
+Numerics parse_numerics(const std::string& s);  // "official" | "reference"; throws dil::Error
+
+struct ModelOptions {
+  Numerics numerics = Numerics::Official;
+  bool load_mtp = true;
+};
+
+// One sequence's share of a step. Its recurrent state lives in `slot`; its compressed rows
+// live in the KV blocks listed in `blocks` (logical block i holds tokens
+// [i*block_tokens, (i+1)*block_tokens)). A chunk with start_pos == 0 resets the slot.
+struct SeqChunk {
+  int32_t slot = 0;
+  int32_t start_pos = 0;
+  int32_t n_tokens = 0;
+  std::vector<int32_t> blocks;
+  bool want_logits = true;  // logits of the chunk's last token
+  bool all_logits = false;  // logits of every token of the chunk (tools/tests)
+};
+
+struct StepBatch {
+  std::vector<int32_t> tokens;  // concatenation of every chunk's tokens
+  std::vector<SeqChunk> seqs;
+};
+
+// Bytes the cache needs, for the runtime's accounting (exact for the layout in use).
+struct CacheSpec {
+  int block_tokens = 128;     // tokens per paged block (multiple of every compression ratio and of 128)
+  size_t bytes_per_block = 0; // compressed rows + indexer keys of block_tokens tokens, all layers
+  size_t bytes_per_slot = 0;  // per-sequence fixed state: SWA rings, compressor state, history
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual CacheSpec cache_spec(int block_tokens) const = 0;
+  virtual void allocate_cache(int n_blocks, int n_slots, int block_tokens) = 0;
+  // Runs one step. `logits` receives [rows, vocab] f32 on the host, rows in chunk order:
+  // all tokens of an all_logits chunk, else the last token of a want_logits chunk.
+  virtual void forward(const StepBatch& batch, std::vector<float>* logits) = 0;
+};
+
+// Loads config.json + safetensors from `dir`, validates every tensor, builds the model on `be`.
+std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const ModelOptions& opt);
+
+}  // namespace dil
