@@ -93,13 +93,14 @@ inline bool wait_stats(const Engine& e, const std::function<bool(const EngineSta
 
 // 16 requests of different lengths (across the 128-token block boundaries) and sampling
 // settings: greedy, seeded temperature + top-k/top-p, seeded min-p + penalties + bias + logprobs.
-inline std::vector<GenRequest> mixed_requests(int vocab, int scale = 1) {
-  const int lens[16] = {1, 5, 17, 64, 127, 128, 129, 200, 255, 256, 257, 300, 3, 90, 150, 33};
+// `lens`: the 16 prompt lengths.
+inline const std::vector<int> kLongMix = {1, 5, 17, 64, 127, 128, 129, 200, 255, 256, 257, 300, 3, 90, 150, 33};
+inline std::vector<GenRequest> mixed_requests(int vocab, const std::vector<int>& lens = kLongMix) {
   std::vector<GenRequest> reqs;
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < int(lens.size()); ++i) {
     GenRequest r;
     r.id = "r" + std::to_string(i);
-    const int len = std::max(1, lens[i] / scale);
+    const int len = lens[size_t(i)];
     for (int p = 0; p < len; ++p) r.prompt.push_back(int32_t((p * 7 + i * 13 + 3) % vocab));
     r.stop.max_tokens = 4 + (i * 5) % 13;
     r.stop.ignore_eos = i % 4 != 0;
