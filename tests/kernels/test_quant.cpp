@@ -8,55 +8,11 @@
 namespace dil {
 namespace {
 
+using test::nearest_e2m1;
+using test::nearest_e4m3;
+using test::pow2_at_least;
+using test::ref_act_quant;
 using test::view;
-
-// Nearest e4m3 value to |v| <= 448 by search over all finite codes; ties to the even code.
-float nearest_e4m3(float v) {
-  const double a = std::fabs(double(v));
-  int best = 0;
-  for (int c = 1; c < 0x7f; ++c) {
-    const double d = std::fabs(e4m3_to_f32(uint8_t(c)) - a), db = std::fabs(e4m3_to_f32(uint8_t(best)) - a);
-    if (d < db || (d == db && c % 2 == 0)) best = c;
-  }
-  return std::copysign(e4m3_to_f32(uint8_t(best)), v);
-}
-
-// Nearest e2m1 value to |v| <= 6; ties to the even code.
-float nearest_e2m1(float v) {
-  static const double kMag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-  const double a = std::fabs(double(v));
-  int best = 0;
-  for (int c = 1; c < 8; ++c) {
-    const double d = std::fabs(kMag[c] - a), db = std::fabs(kMag[best] - a);
-    if (d < db || (d == db && c % 2 == 0)) best = c;
-  }
-  return float(std::copysign(kMag[best], double(v)));
-}
-
-// Smallest power of two >= v (v > 0), by repeated doubling/halving.
-float pow2_at_least(float v) {
-  double s = 1.0;
-  while (s < v) s *= 2;
-  while (s / 2 >= v) s /= 2;
-  return float(s);
-}
-
-// The spec's act_quant on x[0, cols) of each row, blocks of `block` (ragged last block).
-std::vector<float> ref_act_quant(std::vector<float> x, int64_t d, int64_t cols, int block) {
-  for (size_t r = 0; r < x.size() / d; ++r)
-    for (int64_t b0 = 0; b0 < cols; b0 += block) {
-      const int64_t b1 = std::min<int64_t>(cols, b0 + block);
-      float amax = 1e-4f;
-      for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[r * d + i]));
-      const float prod = float(double(amax) * double(1.0f / 448.0f));  // one fp32 rounding
-      const float s = pow2_at_least(prod);
-      for (int64_t i = b0; i < b1; ++i) {
-        float& v = x[r * d + i];
-        v = nearest_e4m3(std::clamp(v / s, -448.0f, 448.0f)) * s;
-      }
-    }
-  return x;
-}
 
 TEST(ActQuant, ScaleAtExactPowerOfTwoTimes448) {
   CpuBackend be;
