@@ -253,6 +253,10 @@ TEST(Hc, MixSinkhornCollapsePost) {
         EXPECT_NEAR(Xo[(t * n + k) * D + c], v, 1e-6 * std::fabs(v) + 1e-12);
       }
     }
+  // In place (out aliasing X) gives the same bits.
+  std::vector<float> Xi = X;
+  be.hc_post(view(F, {T, D}), view(Xi, {T, n, D}), view(post, {T, n}), view(comb, {T, n, n}), view(Xi, {T, n, D}));
+  EXPECT_TRUE(test::same_bits(Xi, Xo));
   // Expand.
   std::vector<float> Xe(T * nD);
   be.hc_expand(view(F, {T, D}), n, view(Xe, {T, n, D}));
