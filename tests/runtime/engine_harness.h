@@ -82,7 +82,7 @@ inline std::vector<Result> run_alone(Engine& e, const std::vector<GenRequest>& r
 
 // Polls stats() until `pred` holds (false after `limit`).
 inline bool wait_stats(const Engine& e, const std::function<bool(const EngineStats&)>& pred,
-                       std::chrono::milliseconds limit = std::chrono::milliseconds(20000)) {
+                       std::chrono::milliseconds limit = std::chrono::milliseconds(120000)) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
     if (pred(e.stats())) return true;

@@ -136,6 +136,8 @@ TEST(V4Engine, CancelMidPrefillAndMidDecodeFreesState) {
   for (int i = 0; i < 1000; ++i) pre.prompt.push_back(int32_t((i * 31 + 7) % 1024));
   pre.stop.max_tokens = 4;
   GenRequest other = mixed_requests(1024, kV4Mix)[4];
+  other.stop.max_tokens = 40;  // decodes long enough to be seen running beside the long prompt
+  other.stop.ignore_eos = true;
   auto other_alone = run_alone(*e, {other});
   auto s_other = e->submit(other);
   auto s_pre = e->submit(pre);
