@@ -1,0 +1,64 @@
+// Byte-level BPE model read from a HF tokenizer.json: vocabulary, merges, added tokens and the
+// pre-tokenizer's Split regexes (run with PCRE2, UTF + Unicode properties, JIT).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace dil::tok {
+
+class Regex;  // PCRE2 wrapper (regex.h)
+
+struct AddedToken {
+  std::string content;
+  int32_t id;
+  bool special;
+  bool normalized;
+};
+
+class BpeModel {
+ public:
+  explicit BpeModel(const std::string& path);  // throws dil::Error
+  ~BpeModel();
+
+  // Appends the ids of `text` (valid UTF-8) to `out`.
+  void encode(std::string_view text, bool parse_special, std::vector<int32_t>& out) const;
+  int32_t token_to_id(std::string_view tok) const;
+  const std::string& id_to_token(int32_t id) const;  // "" if unknown
+  const std::string& token_bytes(int32_t id) const;  // byte-level decoded bytes
+  bool is_special(int32_t id) const { return id >= 0 && id < (int32_t)special_.size() && special_[id]; }
+  int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
+
+ private:
+  // Finds added tokens (leftmost-longest) in [text] and splits around them.
+  struct Piece {
+    size_t begin, end;
+    int32_t added_id;  // -1: plain text
+  };
+  void split_added(std::string_view text, const std::vector<const AddedToken*>& set,
+                   std::vector<Piece>& pieces) const;
+  void pretokenize(std::string_view text, std::vector<std::string_view>& words) const;
+  void bpe_word(std::string_view word, std::vector<int32_t>& out) const;
+
+  std::unordered_map<std::string, int32_t> vocab_;  // token string -> id (incl. added)
+  std::vector<std::string> tokens_;                 // id -> token string
+  std::vector<std::string> bytes_;                  // id -> bytes after ByteLevel decoding
+  std::vector<uint8_t> special_;                    // id -> is special
+  int32_t byte_id_[256];                            // byte -> id of its single-char token
+  // (left id << 32 | right id) -> (rank << 32 | merged id)
+  std::unordered_map<uint64_t, uint64_t> merges_;
+  std::vector<AddedToken> added_;
+  std::vector<const AddedToken*> added_raw_, added_norm_;  // by `normalized`, longest first
+  bool added_first_byte_[256] = {};
+  std::vector<std::unique_ptr<Regex>> splits_;  // applied in order, behavior Isolated
+
+  // Word -> ids cache; encode() is const and may run on several threads.
+  mutable std::mutex cache_mu_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+};
+
+}  // namespace dil::tok
