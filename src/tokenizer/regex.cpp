@@ -9,7 +9,48 @@
 
 namespace dil::tok {
 
-Regex::Regex(const std::string& pattern) {
+namespace {
+// Oniguruma (HF tokenizers' engine) and PCRE2 disagree on \s: PCRE2 with UCP adds U+180E
+// (Mongolian vowel separator, a format character since Unicode 6.3). Spell \s and \S out as
+// Unicode White_Space, which is what Oniguruma matches.
+constexpr const char* kWhiteSpace = "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+std::string onig_to_pcre2(const std::string& p) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    char c = p[i];
+    if (c == '\\' && i + 1 < p.size()) {
+      char n = p[i + 1];
+      ++i;
+      if (n == 's') {
+        out += in_class ? std::string(kWhiteSpace) : std::string("[") + kWhiteSpace + "]";
+      } else if (n == 'S') {
+        if (in_class) DIL_FAIL("tokenizer: \\S inside a character class is not supported");
+        out += std::string("[^") + kWhiteSpace + "]";
+      } else {
+        out += c;
+        out += n;
+      }
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      // A ']' right after '[' or '[^' is a literal member.
+      if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
+      if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    out += c;
+  }
+  return out;
+}
+}  // namespace
+
+Regex::Regex(const std::string& onig_pattern) {
+  const std::string pattern = onig_to_pcre2(onig_pattern);
   int err = 0;
   PCRE2_SIZE off = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),

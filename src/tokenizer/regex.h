@@ -10,7 +10,8 @@ namespace dil::tok {
 
 class Regex {
  public:
-  explicit Regex(const std::string& pattern);  // throws dil::Error on a bad pattern
+  // `onig_pattern` uses Oniguruma syntax (as in tokenizer.json); throws dil::Error if bad.
+  explicit Regex(const std::string& onig_pattern);
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
