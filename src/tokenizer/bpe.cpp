@@ -31,6 +31,26 @@ constexpr size_t kMaxCacheEntries = 1 << 20;
 
 }  // namespace
 
+void MergeTable::reserve(size_t n) {
+  size_t cap = 16;
+  while (cap < 2 * n) cap <<= 1;
+  keys_.assign(cap, kNone);
+  values_.assign(cap, 0);
+  mask_ = cap - 1;
+  shift_ = 64 - __builtin_ctzll(cap);
+}
+
+void MergeTable::insert(uint64_t key, uint64_t value) {
+  for (size_t i = slot(key);; i = (i + 1) & mask_) {
+    if (keys_[i] == key) return;
+    if (keys_[i] == kNone) {
+      keys_[i] = key;
+      values_[i] = value;
+      return;
+    }
+  }
+}
+
 BpeModel::~BpeModel() = default;
 
 BpeModel::BpeModel(const std::string& path) {
@@ -42,7 +62,8 @@ BpeModel::BpeModel(const std::string& path) {
   } catch (const std::exception& e) {
     DIL_FAIL("tokenizer: ", path, " is not valid JSON: ", e.what());
   }
-  const json& model = j.value("model", json::object());
+  if (!j.contains("model")) DIL_FAIL("tokenizer: ", path, ": no model");
+  const json& model = j["model"];
   if (model.value("type", "") != "BPE") DIL_FAIL("tokenizer: ", path, ": only BPE models are supported");
   if (!model.contains("vocab") || !model["vocab"].is_object()) DIL_FAIL("tokenizer: ", path, ": model.vocab missing");
   if (model.contains("byte_fallback") && model["byte_fallback"].is_boolean() && model["byte_fallback"].get<bool>())
@@ -144,8 +165,9 @@ BpeModel::BpeModel(const std::string& path) {
   }
 
   // Merges: "a b" strings (older files) or ["a", "b"] pairs (newer files); rank = position.
-  const json& merges = model.value("merges", json::array());
-  merges_.reserve(merges.size() * 2);
+  static const json kNoMerges = json::array();  // immutable
+  const json& merges = model.contains("merges") ? model["merges"] : kNoMerges;
+  merges_.reserve(merges.size());
   uint64_t rank = 0;
   for (const auto& m : merges) {
     std::string a, b;
@@ -163,7 +185,7 @@ BpeModel::BpeModel(const std::string& path) {
     if (ia == vocab_.end() || ib == vocab_.end() || iab == vocab_.end())
       DIL_FAIL("tokenizer: merge '", a, " ", b, "' uses tokens missing from the vocabulary");
     uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second);
-    merges_.emplace(key, (rank << 32) | static_cast<uint32_t>(iab->second));  // first wins
+    merges_.insert(key, (rank << 32) | static_cast<uint32_t>(iab->second));  // first wins
     ++rank;
   }
 
@@ -245,8 +267,7 @@ void BpeModel::bpe_word(std::string_view word, std::vector<int32_t>& out) const 
   std::vector<int32_t> sym(word.size());
   for (size_t i = 0; i < word.size(); ++i) sym[i] = byte_id_[static_cast<uint8_t>(word[i])];
   auto lookup = [&](int32_t a, int32_t b) -> uint64_t {
-    auto it = merges_.find((static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b));
-    return it == merges_.end() ? UINT64_MAX : it->second;
+    return merges_.find((static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b));
   };
   if (sym.size() <= 64) {
     // Short words: repeatedly merge the lowest-rank pair, leftmost first (HF's order).
@@ -336,10 +357,9 @@ void BpeModel::encode(std::string_view text, bool parse_special, std::vector<int
         bpe_word(w, out);
         continue;
       }
-      std::string key(w);
       {
         std::lock_guard<std::mutex> lk(cache_mu_);
-        auto it = cache_.find(key);
+        auto it = cache_.find(w);
         if (it != cache_.end()) {
           out.insert(out.end(), it->second.begin(), it->second.end());
           continue;
@@ -349,7 +369,7 @@ void BpeModel::encode(std::string_view text, bool parse_special, std::vector<int
       bpe_word(w, out);
       std::lock_guard<std::mutex> lk(cache_mu_);
       if (cache_.size() >= kMaxCacheEntries) cache_.clear();
-      cache_.emplace(std::move(key), std::vector<int32_t>(out.begin() + before, out.end()));
+      cache_.emplace(std::string(w), std::vector<int32_t>(out.begin() + before, out.end()));
     }
   }
 }

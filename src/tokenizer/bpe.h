@@ -13,6 +13,32 @@ namespace dil::tok {
 
 class Regex;  // PCRE2 wrapper (regex.h)
 
+// Open-addressing map (left id, right id) -> (rank, merged id): the BPE inner loop's only lookup.
+class MergeTable {
+ public:
+  static constexpr uint64_t kNone = UINT64_MAX;
+  void reserve(size_t n);
+  void insert(uint64_t key, uint64_t value);  // keeps the first value for a key
+  uint64_t find(uint64_t key) const {
+    for (size_t i = slot(key);; i = (i + 1) & mask_) {
+      if (keys_[i] == key) return values_[i];
+      if (keys_[i] == kNone) return kNone;
+    }
+  }
+
+ private:
+  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
+  std::vector<uint64_t> keys_, values_;
+  size_t mask_ = 0;
+  int shift_ = 64;
+};
+
+// Transparent hashing so that cache lookups by string_view do not allocate.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
 struct AddedToken {
   std::string content;
   int32_t id;
@@ -50,7 +76,7 @@ class BpeModel {
   std::vector<uint8_t> special_;                    // id -> is special
   int32_t byte_id_[256];                            // byte -> id of its single-char token
   // (left id << 32 | right id) -> (rank << 32 | merged id)
-  std::unordered_map<uint64_t, uint64_t> merges_;
+  MergeTable merges_;
   std::vector<AddedToken> added_;
   std::vector<const AddedToken*> added_raw_, added_norm_;  // by `normalized`, longest first
   bool added_first_byte_[256] = {};
@@ -58,7 +84,7 @@ class BpeModel {
 
   // Word -> ids cache; encode() is const and may run on several threads.
   mutable std::mutex cache_mu_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
 };
 
 }  // namespace dil::tok
