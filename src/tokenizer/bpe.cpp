@@ -1,14 +1,13 @@
 #include "tokenizer/bpe.h"
 
 #include <algorithm>
-#include <fstream>
 #include <queue>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "tokenizer/regex.h"
+#include "tokenizer/tokenizer_json.h"
 #include "tokenizer/utf8.h"
 
 namespace dil::tok {
@@ -54,18 +53,12 @@ void MergeTable::insert(uint64_t key, uint64_t value) {
 BpeModel::~BpeModel() = default;
 
 BpeModel::BpeModel(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) DIL_FAIL("tokenizer: cannot open ", path);
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const std::exception& e) {
-    DIL_FAIL("tokenizer: ", path, " is not valid JSON: ", e.what());
-  }
-  if (!j.contains("model")) DIL_FAIL("tokenizer: ", path, ": no model");
+  TokenizerJson tj = read_tokenizer_json(path);
+  const json& j = tj.doc;
+  if (!j.contains("model") || !j["model"].is_object()) DIL_FAIL("tokenizer: ", path, ": no model");
   const json& model = j["model"];
   if (model.value("type", "") != "BPE") DIL_FAIL("tokenizer: ", path, ": only BPE models are supported");
-  if (!model.contains("vocab") || !model["vocab"].is_object()) DIL_FAIL("tokenizer: ", path, ": model.vocab missing");
+  if (!tj.has_vocab) DIL_FAIL("tokenizer: ", path, ": model.vocab missing");
   if (model.contains("byte_fallback") && model["byte_fallback"].is_boolean() && model["byte_fallback"].get<bool>())
     DIL_FAIL("tokenizer: byte_fallback BPE is not supported");
   if (model.value("ignore_merges", false)) DIL_FAIL("tokenizer: ignore_merges BPE is not supported");
@@ -115,9 +108,10 @@ BpeModel::BpeModel(const std::string& path) {
 
   // Vocabulary.
   int32_t max_id = -1;
-  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    int32_t id = it.value().get<int32_t>();
-    vocab_[it.key()] = id;
+  vocab_.reserve(tj.vocab.size() + 2048);
+  for (auto& [tok, id] : tj.vocab) {
+    if (id < 0) DIL_FAIL("tokenizer: negative id for '", tok, "'");
+    vocab_[tok] = id;
     max_id = std::max(max_id, id);
   }
   for (const auto& a : j.value("added_tokens", json::array())) {
@@ -165,23 +159,12 @@ BpeModel::BpeModel(const std::string& path) {
   }
 
   // Merges: "a b" strings (older files) or ["a", "b"] pairs (newer files); rank = position.
-  static const json kNoMerges = json::array();  // immutable
-  const json& merges = model.contains("merges") ? model["merges"] : kNoMerges;
-  merges_.reserve(merges.size());
+  merges_.reserve(tj.merges.size());
   uint64_t rank = 0;
-  for (const auto& m : merges) {
-    std::string a, b;
-    if (m.is_string()) {
-      const std::string& s = m.get_ref<const std::string&>();
-      size_t sp = s.find(' ');
-      if (sp == std::string::npos) DIL_FAIL("tokenizer: bad merge '", s, "'");
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
-    } else {
-      a = m.at(0).get<std::string>();
-      b = m.at(1).get<std::string>();
-    }
-    auto ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(a + b);
+  std::string ab;
+  for (const auto& [a, b] : tj.merges) {
+    ab.assign(a).append(b);
+    auto ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(ab);
     if (ia == vocab_.end() || ib == vocab_.end() || iab == vocab_.end())
       DIL_FAIL("tokenizer: merge '", a, " ", b, "' uses tokens missing from the vocabulary");
     uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second);
