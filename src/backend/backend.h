@@ -184,8 +184,15 @@ class Backend {
   // between two events (waiting for them as needed). The default synchronizes and reads the
   // host clock at each event; a device backend may override it with device events so that
   // marking does not stall the stream.
-  virtual int record_event();
-  virtual double elapsed_ms(int from, int to);
+  virtual int record_event() {
+    synchronize();
+    host_events_.push_back(std::chrono::steady_clock::now());
+    return int(host_events_.size()) - 1;
+  }
+  virtual double elapsed_ms(int from, int to) {
+    DIL_CHECK(from >= 0 && to >= from && to < int(host_events_.size()), "bad event ids ", from, " ", to);
+    return std::chrono::duration<double, std::milli>(host_events_[size_t(to)] - host_events_[size_t(from)]).count();
+  }
   virtual void clear_events() { host_events_.clear(); }
 
  private:
