@@ -24,9 +24,11 @@ void byte_level_table(uint32_t (&cp)[256]) {
   }
 }
 
-// Words longer than this skip the cache (rare, and they would bloat it).
+// Words longer than this skip the cache (rare, and they would bloat it); shorter than the
+// minimum are cheaper to merge than to look up.
 constexpr size_t kMaxCachedWord = 256;
-constexpr size_t kMaxCacheEntries = 1 << 20;
+constexpr size_t kMinCachedWord = 4;
+constexpr size_t kCacheSlots = 1 << 16;
 
 }  // namespace
 
@@ -48,6 +50,37 @@ void MergeTable::insert(uint64_t key, uint64_t value) {
       return;
     }
   }
+}
+
+void AddedTrie::add(const AddedToken* t) {
+  int32_t n = 0;
+  for (unsigned char c : t->content) {
+    int32_t child = -1;
+    for (auto [b, k] : nodes_[n].next)
+      if (b == c) child = k;
+    if (child < 0) {
+      child = static_cast<int32_t>(nodes_.size());
+      nodes_[n].next.emplace_back(c, child);
+      nodes_.emplace_back();
+    }
+    n = child;
+  }
+  if (!nodes_[n].token) nodes_[n].token = t;  // duplicates: the first one wins
+}
+
+const AddedToken* AddedTrie::match(std::string_view text, size_t i, bool parse_special) const {
+  const AddedToken* best = nullptr;
+  int32_t n = 0;
+  for (; i < text.size(); ++i) {
+    int32_t child = -1;
+    for (auto [b, k] : nodes_[n].next)
+      if (b == static_cast<unsigned char>(text[i])) child = k;
+    if (child < 0) break;
+    n = child;
+    const AddedToken* t = nodes_[n].token;
+    if (t && (parse_special || !t->special)) best = t;
+  }
+  return best;
 }
 
 BpeModel::~BpeModel() = default;
@@ -172,13 +205,11 @@ BpeModel::BpeModel(const std::string& path) {
     ++rank;
   }
 
+  cache_.resize(kCacheSlots);
   for (const auto& a : added_) {
-    (a.normalized ? added_norm_ : added_raw_).push_back(&a);
+    (a.normalized ? added_norm_ : added_raw_).add(&a);
     added_first_byte_[static_cast<uint8_t>(a.content[0])] = true;
   }
-  auto longest_first = [](const AddedToken* x, const AddedToken* y) { return x->content.size() > y->content.size(); };
-  std::stable_sort(added_raw_.begin(), added_raw_.end(), longest_first);
-  std::stable_sort(added_norm_.begin(), added_norm_.end(), longest_first);
 }
 
 int32_t BpeModel::token_to_id(std::string_view tok) const {
@@ -196,7 +227,7 @@ const std::string& BpeModel::token_bytes(int32_t id) const {
   return id >= 0 && id < (int32_t)bytes_.size() ? bytes_[id] : kEmpty;
 }
 
-void BpeModel::split_added(std::string_view text, const std::vector<const AddedToken*>& set,
+void BpeModel::split_added(std::string_view text, const AddedTrie& trie, bool parse_special,
                            std::vector<Piece>& pieces) const {
   // Leftmost-longest match, like HF's aho-corasick (MatchKind::LeftmostLongest).
   size_t start = 0, i = 0;
@@ -205,13 +236,7 @@ void BpeModel::split_added(std::string_view text, const std::vector<const AddedT
       ++i;
       continue;
     }
-    const AddedToken* hit = nullptr;
-    for (const AddedToken* t : set) {
-      if (t->content.size() <= text.size() - i && text.compare(i, t->content.size(), t->content) == 0) {
-        hit = t;  // sorted longest first
-        break;
-      }
-    }
+    const AddedToken* hit = trie.match(text, i, parse_special);
     if (!hit) {
       ++i;
       continue;
@@ -311,20 +336,15 @@ void BpeModel::bpe_word(std::string_view word, std::vector<int32_t>& out) const 
 void BpeModel::encode(std::string_view text, bool parse_special, std::vector<int32_t>& out) const {
   // Pass 1: added tokens that are not normalized, on the raw text; pass 2: normalized ones on
   // what is left (the normalizer is empty, so the text is unchanged). HF runs the same passes.
-  std::vector<const AddedToken*> raw, norm;
-  for (const auto* t : added_raw_)
-    if (parse_special || !t->special) raw.push_back(t);
-  for (const auto* t : added_norm_)
-    if (parse_special || !t->special) norm.push_back(t);
   std::vector<Piece> p1, p2;
-  split_added(text, raw, p1);
+  split_added(text, added_raw_, parse_special, p1);
   for (const Piece& p : p1) {
     if (p.added_id >= 0) {
       p2.push_back(p);
       continue;
     }
     std::vector<Piece> sub;
-    split_added(text.substr(p.begin, p.end - p.begin), norm, sub);
+    split_added(text.substr(p.begin, p.end - p.begin), added_norm_, parse_special, sub);
     for (Piece s : sub) p2.push_back({s.begin + p.begin, s.end + p.begin, s.added_id});
   }
   std::vector<std::string_view> words;
@@ -336,23 +356,25 @@ void BpeModel::encode(std::string_view text, bool parse_special, std::vector<int
     words.clear();
     pretokenize(text.substr(p.begin, p.end - p.begin), words);
     for (std::string_view w : words) {
-      if (w.size() > kMaxCachedWord) {
+      if (w.size() > kMaxCachedWord || w.size() < kMinCachedWord) {
         bpe_word(w, out);
         continue;
       }
+      const size_t slot = std::hash<std::string_view>{}(w) & (kCacheSlots - 1);
       {
         std::lock_guard<std::mutex> lk(cache_mu_);
-        auto it = cache_.find(w);
-        if (it != cache_.end()) {
-          out.insert(out.end(), it->second.begin(), it->second.end());
+        const CacheSlot& c = cache_[slot];
+        if (c.word == w) {
+          out.insert(out.end(), c.ids.begin(), c.ids.end());
           continue;
         }
       }
       size_t before = out.size();
       bpe_word(w, out);
       std::lock_guard<std::mutex> lk(cache_mu_);
-      if (cache_.size() >= kMaxCacheEntries) cache_.clear();
-      cache_.emplace(std::string(w), std::vector<int32_t>(out.begin() + before, out.end()));
+      CacheSlot& c = cache_[slot];
+      c.word.assign(w);
+      c.ids.assign(out.begin() + before, out.end());
     }
   }
 }

@@ -33,17 +33,28 @@ class MergeTable {
   int shift_ = 64;
 };
 
-// Transparent hashing so that cache lookups by string_view do not allocate.
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
 
 struct AddedToken {
   std::string content;
   int32_t id;
   bool special;
   bool normalized;
+};
+
+// Byte trie of added tokens for leftmost-longest matching.
+class AddedTrie {
+ public:
+  void add(const AddedToken* t);
+  // Longest allowed token starting at text[i], or nullptr.
+  const AddedToken* match(std::string_view text, size_t i, bool parse_special) const;
+  bool empty() const { return nodes_.size() <= 1; }
+
+ private:
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> next;  // (byte, child node)
+    const AddedToken* token = nullptr;
+  };
+  std::vector<Node> nodes_{Node{}};
 };
 
 class BpeModel {
@@ -65,8 +76,7 @@ class BpeModel {
     size_t begin, end;
     int32_t added_id;  // -1: plain text
   };
-  void split_added(std::string_view text, const std::vector<const AddedToken*>& set,
-                   std::vector<Piece>& pieces) const;
+  void split_added(std::string_view text, const AddedTrie& trie, bool parse_special, std::vector<Piece>& pieces) const;
   void pretokenize(std::string_view text, std::vector<std::string_view>& words) const;
   void bpe_word(std::string_view word, std::vector<int32_t>& out) const;
 
@@ -78,13 +88,19 @@ class BpeModel {
   // (left id << 32 | right id) -> (rank << 32 | merged id)
   MergeTable merges_;
   std::vector<AddedToken> added_;
-  std::vector<const AddedToken*> added_raw_, added_norm_;  // by `normalized`, longest first
+  AddedTrie added_raw_, added_norm_;  // by `normalized`
   bool added_first_byte_[256] = {};
   std::vector<std::unique_ptr<Regex>> splits_;  // applied in order, behavior Isolated
 
-  // Word -> ids cache; encode() is const and may run on several threads.
+  // Word -> ids cache, direct-mapped by hash (a slot is overwritten on collision): bounded
+  // memory, no rehashing, cheap misses on text with many unique words. encode() is const and
+  // may run on several threads, hence the mutex.
+  struct CacheSlot {
+    std::string word;
+    std::vector<int32_t> ids;
+  };
   mutable std::mutex cache_mu_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
+  mutable std::vector<CacheSlot> cache_;
 };
 
 }  // namespace dil::tok

@@ -186,6 +186,7 @@ struct OutputParser::State {
   std::string held;       // undecided text of the current phase
   std::string tools_raw;  // tool block after the start token
   size_t tools_emitted = 0;
+  size_t invokes_closed = 0;  // closing invoke tags seen so far (re-parse only when it grows)
   ParsedMessage msg;
 };
 
@@ -233,8 +234,15 @@ ParserDelta OutputParser::push(std::string_view text) {
   std::string in(text);
   while (!in.empty() && s.phase != State::kDone) {
     if (s.phase == State::kTools) {
+      // Count closing tags in the new text (plus a tag split across pushes).
+      size_t from = s.tools_raw.size() >= s.t.invoke_end.size() + 1 ? s.tools_raw.size() - s.t.invoke_end.size() - 1 : 0;
       s.tools_raw += in;
       in.clear();
+      const std::string close = s.t.invoke_end + ">\n";
+      size_t closed = s.invokes_closed;
+      for (size_t p = s.tools_raw.find(close, from); p != std::string::npos; p = s.tools_raw.find(close, p + 1)) ++closed;
+      if (closed == s.invokes_closed) break;
+      s.invokes_closed = closed;
       std::vector<ToolCall> calls;
       scan_complete_calls(s.t, s.tools_raw, calls);
       for (size_t k = s.tools_emitted; k < calls.size(); ++k) {
