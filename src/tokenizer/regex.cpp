@@ -78,7 +78,8 @@ void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>&
     // The subject was validated once by the caller: skip PCRE2's per-call UTF check.
     int rc = pcre2_match(code, subj, s.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    DIL_CHECK(rc > 0, "pcre2_match failed with ", rc);
+    // A resource limit on pathological input is the user's input failing, not a broken invariant.
+    if (rc < 0) DIL_FAIL("tokenizer: pre-tokenizer regex failed (PCRE2 error ", rc, ")");
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     size_t b = ov[0], e = ov[1];
     if (e > b) {
