@@ -1,14 +1,9 @@
-#include "model/schema_v41.h"
+// The V4.1 tensor inventory (model-spec §2.3), from the config alone.
+#include "model/schema.h"
 
 #include "core/check.h"
 
 namespace dil {
-
-int64_t TensorSpec::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 
 namespace {
 
@@ -87,8 +82,10 @@ bool contains(const std::vector<int>& v, int x) {
 
 }  // namespace
 
-std::vector<TensorSpec> tensor_schema_v41(const ModelConfig& c, bool with_mtp) {
-  DIL_CHECK(c.arch == Arch::V41, "tensor_schema_v41 needs a V4.1 config");
+// Order: backbone, then DSpark stages `mtp.0..n_mtp-1` (when `with_mtp`), then the vision tower
+// and aligner (when the config has a vision_config).
+std::vector<TensorSpec> expected_tensors_v41(const ModelConfig& c, bool with_mtp) {
+  DIL_CHECK(c.arch == Arch::V41, "expected_tensors_v41 needs a V4.1 config");
   std::vector<TensorSpec> out;
   Lister l(c, &out);
   const int64_t D = c.dim;
