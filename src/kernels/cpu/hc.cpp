@@ -117,7 +117,8 @@ void CpuBackend::hc_collapse(const Tensor& X, const Tensor& pre, Tensor out) {
     }
 }
 
-// F [T, D], X [T, n, D], post [T, n], comb [T, n, n] -> out [T, n, D] (must not alias X):
+// F [T, D], X [T, n, D], post [T, n], comb [T, n, n] -> out [T, n, D] (out may alias X: each
+// (t, c) column is read completely before it is written):
 // out[t, k, c] = post[t, k] * F[t, c] + sum_j comb[t, j, k] * X[t, j, c]  (comb contracted
 // over its FIRST index), double accumulation (post term first, then j ascending), rounded once.
 void CpuBackend::hc_post(const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out) {
@@ -130,16 +131,18 @@ void CpuBackend::hc_post(const Tensor& F, const Tensor& X, const Tensor& post, c
   DIL_CHECK(n * T == post.numel() && comb.numel() == T * n * n && X.numel() == T * n * D &&
                 out.numel() == T * n * D,
             "hc_post: F ", F.shape_str(), " X ", X.shape_str(), " out ", out.shape_str());
-  DIL_CHECK(out.data != X.data, "hc_post: out must not alias X");
   const float *pf = F.ptr<float>(), *px = X.ptr<float>(), *pp = post.ptr<float>(), *pc = comb.ptr<float>();
   float* po = out.ptr<float>();
+  std::vector<float> col(static_cast<size_t>(n));  // [n] one output column
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t k = 0; k < n; ++k)
-      for (int64_t c = 0; c < D; ++c) {
+    for (int64_t c = 0; c < D; ++c) {
+      for (int64_t k = 0; k < n; ++k) {
         double acc = double(pp[t * n + k]) * pf[t * D + c];
         for (int64_t j = 0; j < n; ++j) acc += double(pc[(t * n + j) * n + k]) * px[(t * n + j) * D + c];
-        po[(t * n + k) * D + c] = float(acc);
+        col[k] = float(acc);
       }
+      for (int64_t k = 0; k < n; ++k) po[(t * n + k) * D + c] = col[k];
+    }
 }
 
 // e [T, D] -> X [T, n, D]: every stream a copy of e.

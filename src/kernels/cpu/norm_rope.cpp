@@ -35,8 +35,8 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor ou
 // x [R, H, d] f32 (or [R, d]: one head), pos [R] i32. Only the last rope_dims of each head
 // rotate, as interleaved pairs (2i, 2i+1) of that part, i < rope_dims/2:
 //   phi = float(pos) * inv_freq[i] (fp32 product); c, s = cos/sin(phi) in double rounded to f32
-//   (s negated when inverse); y0 = x0*c - x1*s, y1 = x0*s + x1*c, each an exact double
-//   expression rounded once to f32.
+//   (s negated when inverse); y0 = x0*c - x1*s, y1 = x0*s + x1*c, each evaluated in double
+//   (the products are exact there) and rounded to f32.
 void CpuBackend::rope(Tensor x, const Tensor& pos, const RopeTable& table, bool inverse) {
   cpu::check_f32(x, "rope x");
   cpu::check_i32(pos, "rope pos");
