@@ -122,6 +122,22 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   float r = lane < nw ? red[lane] : 0.f;
   return warp_sum(r);
 }
+__device__ __forceinline__ double warp_sum_d(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double block_sum_d(double v, double* red) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_sum_d(v);
+  __syncthreads();
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  double r = lane < nw ? red[lane] : 0.0;
+  return warp_sum_d(r);
+}
+// The reference's activations: evaluated in double, rounded once to f32 (cpu_common.h).
+__device__ __forceinline__ float d_sigmoid(float x) { return float(1.0 / (1.0 + exp(-double(x)))); }
+__device__ __forceinline__ float d_silu(float x) { return float(double(x) / (1.0 + exp(-double(x)))); }
 __device__ __forceinline__ float block_max(float v, float* red) {
   int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
   v = warp_max(v);

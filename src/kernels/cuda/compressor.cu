@@ -29,8 +29,11 @@ __device__ __forceinline__ void comp_fetch(const CompParams& P, int s, int q, in
     if (P.ape) gv += P.ape[int64_t(q % P.m) * P.C + col];
     return;
   }
-  int row = q % P.m;
-  if (P.overlap && q >= sp - sp % P.m) row += P.m;  // current partial window lives in rows m..2m-1
+  // Before the step: the current partial window [sp - sp%m, sp) lives in rows m + q%m
+  // (overlap) or q%m; the previous window (positions below it, negative ones included: a reset
+  // state there has score -inf) in rows q%m.
+  int row = ((q % P.m) + P.m) % P.m;
+  if (P.overlap && q >= sp - sp % P.m) row += P.m;
   int64_t o = (int64_t(P.slot[s]) * P.rows + row) * P.C + col;
   av = P.skv[o];
   gv = P.ssc[o];
@@ -43,26 +46,25 @@ __global__ void comp_emit_kernel(CompParams P) {
   const int off = P.overlap ? P.dc : 0;
   for (int ch = threadIdx.x; ch < P.dc; ch += blockDim.x) {
     // Slot i < n_prev: window w-1 (columns [0, dc)); else window w (columns [off, off+dc)).
-    // Positions before 0 have score -inf (weight 0). Two passes: max, then sum.
-    float mx = -INFINITY;
+    // As the reference: max, then exp / sums in double; a weight of exactly 0 (score -inf)
+    // skips its value; the pooled value is rounded once.
+    double mx = -INFINITY;
     for (int i = 0; i < n_prev + P.m; ++i) {
       int q = i < n_prev ? (w - 1) * P.m + i : w * P.m + (i - n_prev);
-      if (q < 0) continue;
       float av, gv;
       comp_fetch(P, s, q, i < n_prev ? ch : off + ch, av, gv);
-      mx = fmaxf(mx, gv);
+      mx = fmax(mx, double(gv));
     }
-    float sum = 0.f, acc = 0.f;
+    double den = 0.0, acc = 0.0;
     for (int i = 0; i < n_prev + P.m; ++i) {
       int q = i < n_prev ? (w - 1) * P.m + i : w * P.m + (i - n_prev);
-      if (q < 0) continue;
       float av, gv;
       comp_fetch(P, s, q, i < n_prev ? ch : off + ch, av, gv);
-      float ex = expf(gv - mx);
-      sum += ex;
-      acc += ex * av;
+      double ex = exp(double(gv) - mx);
+      den += ex;
+      if (ex != 0.0) acc += ex * double(av);
     }
-    P.out[int64_t(e) * P.dc + ch] = acc / sum;
+    P.out[int64_t(e) * P.dc + ch] = float(acc / den);
   }
 }
 

@@ -35,32 +35,37 @@ __global__ void embed_kernel(WView w, const int32_t* ids, float* out, int64_t d)
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[t * d + c] = decode_elem(w, r, c);
 }
 
-__global__ void rms_norm_kernel(const float* x, const float* w, float eps, float* out, int64_t d) {
-  __shared__ float red[32];
+// r = f32(1 / sqrt(sum(x^2)/d + eps)) with the sum in double; y = w * (x * r) in f32.
+__global__ void rms_norm_kernel(const float* x, const void* w, bool w_bf16, float eps, float* out, int64_t d) {
+  __shared__ double red[32];
   const float* xr = x + blockIdx.x * d;
-  float ss = 0.f;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) ss += xr[c] * xr[c];
-  ss = block_sum(ss, red);
-  float r = rsqrtf(ss / float(d) + eps);
+  double ss = 0.0;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) ss += double(xr[c]) * xr[c];
+  ss = block_sum_d(ss, red);
+  const float r = float(1.0 / sqrt(ss / double(d) + double(eps)));
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
     float v = xr[c] * r;
-    out[blockIdx.x * d + c] = w ? w[c] * v : v;
+    if (w) v = (w_bf16 ? d_bf16_to_f32(static_cast<const uint16_t*>(w)[c]) : static_cast<const float*>(w)[c]) * v;
+    out[blockIdx.x * d + c] = v;
   }
 }
 
-// x [R, H, d]: interleaved pairs of the last rope_dims of each head vector.
-__global__ void rope_kernel(float* x, const int32_t* pos, const float* inv_freq, int H, int d, int rd, float sign) {
+// x [R, H, d]: interleaved pairs of the last rope_dims of each head vector. phi in f32;
+// cos/sin in double rounded to f32; each output in double rounded once (as the reference).
+__global__ void rope_kernel(float* x, const int32_t* pos, const float* inv_freq, int H, int d, int rd, bool inverse) {
   int r = blockIdx.x;
   float p = float(pos[r]);
   int half = rd / 2;
   for (int i = threadIdx.x; i < H * half; i += blockDim.x) {
     int h = i / half, k = i % half;
     float phi = p * inv_freq[k];
-    float cs = cosf(phi), sn = sign * sinf(phi);
+    double cs = float(cos(double(phi)));
+    double sn = float(sin(double(phi)));
+    if (inverse) sn = -sn;
     float* v = x + (int64_t(r) * H + h) * d + (d - rd) + 2 * k;
-    float a = v[0], b = v[1];
-    v[0] = a * cs - b * sn;
-    v[1] = a * sn + b * cs;
+    double a = v[0], b = v[1];
+    v[0] = float(a * cs - b * sn);
+    v[1] = float(a * sn + b * cs);
   }
 }
 
@@ -94,32 +99,33 @@ __global__ void fp4_qdq_kernel(float* x, int64_t rows, int64_t d, int block, boo
   amax = warp_max(amax);
   float s;
   if (e4m3_scale) {
-    amax = fmaxf(amax, 6.0f * ldexpf(1.0f, -9));
-    s = d_round_e4m3(amax / 6.0f);
+    amax = fmaxf(amax, ldexpf(6.0f, -9));
+    s = d_round_e4m3(fminf(amax / 6.0f, 448.0f));
   } else {
-    amax = fmaxf(amax, 6.0f * ldexpf(1.0f, -126));
-    s = d_pow2_ceil(amax / 6.0f);
+    amax = fmaxf(amax, ldexpf(6.0f, -126));
+    s = d_pow2_ceil(amax * (1.0f / 6.0f));
   }
   for (int c = b0 + lane; c < b1; c += 32) xr[c] = d_round_e2m1(fminf(fmaxf(xr[c] / s, -6.f), 6.f)) * s;
 }
 
-// Fast Walsh-Hadamard transform of one row in shared memory, then * 1/sqrt(d).
+// Fast Walsh-Hadamard transform of one row in shared memory, in double (as the reference),
+// scaled by d^-0.5 and rounded once.
 __global__ void hadamard_kernel(float* x, int d) {
-  extern __shared__ float sh[];
+  extern __shared__ double sh[];
   float* xr = x + int64_t(blockIdx.x) * d;
   for (int i = threadIdx.x; i < d; i += blockDim.x) sh[i] = xr[i];
   __syncthreads();
   for (int h = 1; h < d; h <<= 1) {
     for (int i = threadIdx.x; i < d / 2; i += blockDim.x) {
       int j = (i / h) * 2 * h + (i % h);
-      float a = sh[j], b = sh[j + h];
+      double a = sh[j], b = sh[j + h];
       sh[j] = a + b;
       sh[j + h] = a - b;
     }
     __syncthreads();
   }
-  float sc = rsqrtf(float(d));
-  for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = sh[i] * sc;
+  double sc = pow(double(d), -0.5);
+  for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = float(sh[i] * sc);
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, const float* w, float lim, float* out,
@@ -128,8 +134,8 @@ __global__ void swiglu_kernel(const float* g, const float* u, const float* w, fl
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float gv = fminf(g[i], lim);
     float uv = fminf(fmaxf(u[i], -lim), lim);
-    float h = gv / (1.0f + expf(-gv)) * uv;
-    if (w) h *= w[i / cols];
+    float h = d_silu(gv) * uv;
+    if (w) h = h * w[i / cols];
     out[i] = h;
   }
 }
@@ -163,21 +169,21 @@ void embed(Ctx& c, const Weight& table, const Tensor& ids, Tensor out) {
 void rms_norm(Ctx& c, const Tensor& x, const Tensor& w, float eps, Tensor out) {
   int64_t d = x.size(-1), R = x.numel() / d;
   DIL_CHECK(w.empty() || w.numel() == d, "rms_norm: weight ", w.shape_str(), " vs d=", d);
-  DIL_CHECK(w.empty() || w.dtype == DType::F32, "rms_norm: weight must be f32");
+  DIL_CHECK(w.empty() || w.dtype == DType::F32 || w.dtype == DType::BF16, "rms_norm: weight must be f32 or bf16");
   if (R == 0) return;
-  rms_norm_kernel<<<unsigned(R), 256, 0, c.stream>>>(x.ptr<float>(), w.empty() ? nullptr : w.ptr<float>(), eps,
-                                                     out.ptr<float>(), d);
+  rms_norm_kernel<<<unsigned(R), 256, 0, c.stream>>>(x.ptr<float>(), w.empty() ? nullptr : w.data,
+                                                     w.dtype == DType::BF16, eps, out.ptr<float>(), d);
   DIL_LAUNCH_CHECK("rms_norm_kernel");
 }
 
 void rope(Ctx& c, Tensor x, const Tensor& pos, const RopeTable& t, bool inverse) {
   int64_t R = x.size(0);
-  int H = x.ndim == 3 ? int(x.size(1)) : 1;
   int d = int(x.size(-1));
+  int H = R ? int(x.numel() / (R * d)) : 1;
   DIL_CHECK(t.rope_dims <= d && t.rope_dims % 2 == 0, "rope: rope_dims ", t.rope_dims, " d ", d);
   if (R == 0) return;
   rope_kernel<<<unsigned(R), 128, 0, c.stream>>>(x.ptr<float>(), pos.ptr<int32_t>(), t.inv_freq.ptr<float>(), H, d,
-                                                 t.rope_dims, inverse ? -1.f : 1.f);
+                                                 t.rope_dims, inverse);
   DIL_LAUNCH_CHECK("rope_kernel");
 }
 
@@ -191,6 +197,7 @@ void fp8_qdq(Ctx& c, float* x, int64_t rows, int64_t ld, int cols, int block) {
 
 void fp4_qdq(Ctx& c, Tensor x, int block, bool e4m3_scale) {
   int64_t d = x.size(-1), R = x.numel() / d;
+  DIL_CHECK(block > 0 && d % block == 0, "fp4_qdq: width ", d, " not a multiple of block ", block);
   int64_t warps = R * ceil_div(d, block);
   if (warps == 0) return;
   fp4_qdq_kernel<<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(x.ptr<float>(), R, d, block, e4m3_scale);
@@ -199,9 +206,9 @@ void fp4_qdq(Ctx& c, Tensor x, int block, bool e4m3_scale) {
 
 void hadamard(Ctx& c, Tensor x) {
   int64_t d = x.size(-1), R = x.numel() / d;
-  DIL_CHECK(d > 0 && (d & (d - 1)) == 0 && d <= 8192, "hadamard: d ", d, " not a power of two");
+  DIL_CHECK(d > 0 && (d & (d - 1)) == 0 && d <= 4096, "hadamard: d ", d, " not a power of two <= 4096");
   if (R == 0) return;
-  hadamard_kernel<<<unsigned(R), 128, size_t(d) * 4, c.stream>>>(x.ptr<float>(), int(d));
+  hadamard_kernel<<<unsigned(R), 128, size_t(d) * 8, c.stream>>>(x.ptr<float>(), int(d));
   DIL_LAUNCH_CHECK("hadamard_kernel");
 }
 

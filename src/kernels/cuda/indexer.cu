@@ -21,8 +21,9 @@ struct IdxParams {
 };
 
 // Block (token t, 128 rows): q of the token in shared memory, one thread per row. The sums
-// run in the reference's order (heads outer, dims inner) without fused multiply-adds, so the
-// scores equal the CPU's bit for bit and the selection matches on near-ties too.
+// run in double in the reference's order (heads outer, dims inner; the library is built
+// without FMA contraction) and are rounded once, so the f32 scores equal the CPU's bit for
+// bit and the selection matches on near-ties too.
 __global__ void idx_score_kernel(IdxParams P) {
   __shared__ float qs[kMaxQ];
   __shared__ float ws[128];
@@ -38,14 +39,14 @@ __global__ void idx_score_kernel(IdxParams P) {
   if (r >= n_vis) return;
   int b = P.block_table[s * P.max_blocks + r / P.rpb];
   const float* key = P.keys + (int64_t(b) * P.rpb + r % P.rpb) * P.di;
-  float score = 0.f;
+  double score = 0.0;
   for (int h = 0; h < P.Hi; ++h) {
-    float dot = 0.f;
+    double dot = 0.0;
     const float* qh = qs + h * P.di;
-    for (int k = 0; k < P.di; ++k) dot = __fadd_rn(dot, __fmul_rn(qh[k], key[k]));
-    score = __fadd_rn(score, __fmul_rn(ws[h], fmaxf(dot, 0.f)));
+    for (int k = 0; k < P.di; ++k) dot += double(qh[k]) * double(key[k]);
+    score += double(ws[h]) * fmax(dot, 0.0);
   }
-  P.scores[int64_t(t) * P.n_max + r] = score;
+  P.scores[int64_t(t) * P.n_max + r] = float(score);
 }
 
 __device__ __forceinline__ uint64_t topk_key(float v, int r) {

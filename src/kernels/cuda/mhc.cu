@@ -7,62 +7,63 @@ namespace {
 
 constexpr int kMaxMix = 32;  // m = n*(2+n) = 24 for n = 4
 
-// One block per token: m dot products of length n*D, rsqrt of the mean square, then the
-// scalar tail (sigmoids, Sinkhorn) in thread 0.
+// One block per token: the m dot products of length n*D and the mean square in double
+// (rounded once, as the reference), then the scalar tail (sigmoids, Sinkhorn) in thread 0 in
+// exactly the reference's f32 order (the library is built without FMA contraction).
 __global__ void hc_mix_kernel(const float* X, const float* fn, const float* base, const float* scale, int n, int m,
-                              int64_t nd, int iters, float norm_eps, float hc_eps, float* pre, float* post,
+                              int64_t nd, int iters, float norm_eps, float eps, float* pre, float* post,
                               float* comb) {
-  __shared__ float red[32];
+  __shared__ double red[32];
   __shared__ float mix[kMaxMix];
   const float* x = X + blockIdx.x * nd;
-  float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < nd; i += blockDim.x) ss += x[i] * x[i];
-  ss = block_sum(ss, red);
-  float rho = rsqrtf(ss / float(nd) + norm_eps);
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < nd; i += blockDim.x) ss += double(x[i]) * x[i];
+  ss = block_sum_d(ss, red);
+  const float rho = float(1.0 / sqrt(ss / double(nd) + double(norm_eps)));
   for (int r = 0; r < m; ++r) {
     const float* f = fn + r * nd;
-    float acc = 0.f;
-    for (int64_t i = threadIdx.x; i < nd; i += blockDim.x) acc += f[i] * x[i];
-    acc = block_sum(acc, red);
-    if (threadIdx.x == 0) mix[r] = acc * rho;
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < nd; i += blockDim.x) acc += double(f[i]) * x[i];
+    acc = block_sum_d(acc, red);
+    if (threadIdx.x == 0) mix[r] = float(acc) * rho;
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
   int t = blockIdx.x;
-  for (int j = 0; j < n; ++j) pre[t * n + j] = 1.f / (1.f + expf(-(mix[j] * scale[0] + base[j]))) + hc_eps;
+  for (int j = 0; j < n; ++j) pre[t * n + j] = d_sigmoid(mix[j] * scale[0] + base[j]) + eps;
   if (m == n) return;  // head: pre only
-  for (int j = 0; j < n; ++j) post[t * n + j] = 2.f / (1.f + expf(-(mix[n + j] * scale[1] + base[n + j])));
+  for (int j = 0; j < n; ++j) post[t * n + j] = 2.0f * d_sigmoid(mix[n + j] * scale[1] + base[n + j]);
   float C[8][8];
   for (int j = 0; j < n; ++j)
     for (int k = 0; k < n; ++k) C[j][k] = mix[2 * n + j * n + k] * scale[2] + base[2 * n + j * n + k];
-  // Row softmax (+eps), then column normalisation; then iters-1 rounds of row and column
-  // normalisation.
+  // Row softmax + eps, then the first column normalisation; then iters-1 rounds of row and
+  // column normalisation. Sums sequential in f32, exp in double rounded once.
   for (int j = 0; j < n; ++j) {
-    float mx = -INFINITY;
-    for (int k = 0; k < n; ++k) mx = fmaxf(mx, C[j][k]);
+    float mx = C[j][0];
+    for (int k = 1; k < n; ++k) mx = C[j][k] > mx ? C[j][k] : mx;
     float s = 0.f;
     for (int k = 0; k < n; ++k) {
-      C[j][k] = expf(C[j][k] - mx);
+      C[j][k] = float(exp(double(C[j][k] - mx)));
       s += C[j][k];
     }
-    for (int k = 0; k < n; ++k) C[j][k] = C[j][k] / s + hc_eps;
+    for (int k = 0; k < n; ++k) C[j][k] = C[j][k] / s + eps;
   }
-  for (int k = 0; k < n; ++k) {
-    float s = 0.f;
-    for (int j = 0; j < n; ++j) s += C[j][k];
-    for (int j = 0; j < n; ++j) C[j][k] /= (s + hc_eps);
-  }
-  for (int it = 1; it < iters; ++it) {
-    for (int j = 0; j < n; ++j) {
-      float s = 0.f;
-      for (int k = 0; k < n; ++k) s += C[j][k];
-      for (int k = 0; k < n; ++k) C[j][k] /= (s + hc_eps);
+  float colsum[8];
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0) {
+      for (int j = 0; j < n; ++j) {
+        float s = 0.f;
+        for (int k = 0; k < n; ++k) s += C[j][k];
+        for (int k = 0; k < n; ++k) C[j][k] = C[j][k] / (s + eps);
+      }
     }
     for (int k = 0; k < n; ++k) {
       float s = 0.f;
       for (int j = 0; j < n; ++j) s += C[j][k];
-      for (int j = 0; j < n; ++j) C[j][k] /= (s + hc_eps);
+      colsum[k] = s;
     }
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) C[j][k] = C[j][k] / (colsum[k] + eps);
   }
   for (int j = 0; j < n; ++j)
     for (int k = 0; k < n; ++k) comb[(int64_t(t) * n + j) * n + k] = C[j][k];
@@ -73,9 +74,9 @@ __global__ void hc_collapse_kernel(const float* X, const float* pre, float* out,
   int64_t total = T * D;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t t = i / D, c = i % D;
-    float acc = 0.f;
-    for (int j = 0; j < n; ++j) acc += pre[t * n + j] * X[(t * n + j) * D + c];
-    out[i] = acc;
+    double acc = 0.0;
+    for (int j = 0; j < n; ++j) acc += double(pre[t * n + j]) * X[(t * n + j) * D + c];
+    out[i] = float(acc);
   }
 }
 
@@ -90,9 +91,9 @@ __global__ void hc_post_kernel(const float* F, const float* X, const float* post
     for (int j = 0; j < n; ++j) xs[j] = X[(t * n + j) * D + c];
     float f = F[t * D + c];
     for (int k = 0; k < n; ++k) {
-      float acc = post[t * n + k] * f;
-      for (int j = 0; j < n; ++j) acc += comb[(t * n + j) * n + k] * xs[j];
-      out[(t * n + k) * D + c] = acc;
+      double acc = double(post[t * n + k]) * f;
+      for (int j = 0; j < n; ++j) acc += double(comb[(t * n + j) * n + k]) * xs[j];
+      out[(t * n + k) * D + c] = float(acc);
     }
   }
 }

@@ -14,9 +14,10 @@ namespace {
 
 constexpr int kMaxTopk = 16;
 
-__device__ __forceinline__ float sqrt_softplus(float x) {
-  float sp = x > 20.f ? x : log1pf(expf(x));
-  return sqrtf(sp);
+// torch softplus (threshold 20) then sqrt, in double, rounded once (as the reference).
+__device__ __forceinline__ float sqrt_softplus(float l) {
+  double x = l;
+  return float(sqrt(x > 20.0 ? x : log1p(exp(x))));
 }
 
 // One warp per token.
@@ -57,13 +58,14 @@ __global__ void moe_route_kernel(const float* logits, const float* bias, const i
   }
   if (lane != 0) return;
   float sc[kMaxTopk];
-  float sum = 0.f;
+  double sum = 0.0;
   for (int i = 0; i < k; ++i) {
     sc[i] = sqrt_softplus(l[chosen[i]]);
     sum += sc[i];
   }
+  const float den = float(sum) + norm_eps;
   for (int i = 0; i < k; ++i) {
-    out_w[int64_t(t) * k + i] = sc[i] / (sum + norm_eps) * route_scale;
+    out_w[int64_t(t) * k + i] = sc[i] / den * route_scale;
     out_idx[int64_t(t) * k + i] = chosen[i];
   }
 }
@@ -142,7 +144,7 @@ __global__ void moe_swiglu_kernel(const float* g, const float* u, const float* r
     int64_t r = i / I_dim;
     float gv = fminf(g[i], lim);
     float uv = fminf(fmaxf(u[i], -lim), lim);
-    h[i] = gv / (1.0f + expf(-gv)) * uv * route_w[sorted_pair[r]];
+    h[i] = d_silu(gv) * uv * route_w[sorted_pair[r]];
   }
 }
 
@@ -165,12 +167,12 @@ __global__ void moe_combine_kernel(const float* y, const int32_t* pos_of, int64_
   int64_t n = T * D;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t t = i / D, c = i % D;
-    float acc = 0.f;
+    double acc = 0.0;
     for (int j = 0; j < k; ++j) {
       int p = pos_of[t * k + j];
       if (p >= 0) acc += y[int64_t(p) * D + c];
     }
-    out[i] = acc;
+    out[i] = float(acc);
   }
 }
 
@@ -245,7 +247,10 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
 
   const float* x = a.x.ptr<float>();
   Buffer xq;
-  if (a.act_block > 0) {  // the tokens' FP8 QDQ, shared by every expert they visit
+  // As linear(): activations are quantized only in front of FP8/FP4 weights.
+  const Weight::Kind kind = (*a.w1)[0].kind;
+  const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
+  if (quant) {  // the tokens' FP8 QDQ, shared by every expert they visit
     xq = c.scratch(size_t(T * D) * 4);
     DIL_CUDA(cudaMemcpyAsync(xq.data(), x, size_t(T * D) * 4, cudaMemcpyDeviceToDevice, c.stream));
     fp8_qdq(c, static_cast<float*>(xq.data()), T, D, int(D), a.act_block);
@@ -263,7 +268,7 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   moe_swiglu_kernel<<<stride_grid(Tk * Idim), 256, 0, c.stream>>>(g, u, a.route_w.ptr<float>(), I.sorted_pair,
                                                                    I.offsets, E, a.swiglu_limit, g, Idim);
   DIL_LAUNCH_CHECK("moe_swiglu_kernel");
-  if (a.act_block > 0) {
+  if (quant) {
     int64_t warps = Tk * ceil_div(Idim, a.act_block);
     moe_fp8_qdq_rows_kernel<<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(g, I.offsets, E, Idim, a.act_block);
     DIL_LAUNCH_CHECK("moe_fp8_qdq_rows_kernel");
