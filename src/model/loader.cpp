@@ -1,0 +1,42 @@
+#include <filesystem>
+
+#include "core/check.h"
+#include "model/model.h"
+#include "model/schema.h"
+#include "model/v4_model.h"
+
+namespace dil {
+
+Numerics parse_numerics(const std::string& s) {
+  if (s == "official") return Numerics::Official;
+  if (s == "reference") return Numerics::Reference;
+  DIL_FAIL("unknown numerics mode '", s, "' (expected official or reference)");
+}
+
+namespace {
+bool has_prefix(const SafeTensors& st, const std::string& prefix) {
+  auto it = st.entries().lower_bound(prefix);
+  return it != st.entries().end() && it->first.rfind(prefix, 0) == 0;
+}
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const ModelOptions& opt) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) DIL_FAIL("model folder ", dir, " does not exist");
+  ModelConfig cfg = load_config((fs::path(dir) / "config.json").string());
+  auto st = std::make_unique<SafeTensors>(SafeTensors::open(dir));
+  // MTP / DSpark weights are validated (and later used) when the checkpoint carries them.
+  const bool with_mtp = has_prefix(*st, "mtp.");
+  ValidationReport rep = validate_checkpoint(*st, expected_tensors(cfg, with_mtp));
+  if (!rep.ok()) {
+    std::string msg = "checkpoint " + dir + " does not match its config.json (" + std::to_string(rep.errors.size()) +
+                      " problems):";
+    for (size_t i = 0; i < rep.errors.size() && i < 20; ++i) msg += "\n  " + rep.errors[i];
+    if (rep.errors.size() > 20) msg += "\n  ...";
+    DIL_FAIL(msg);
+  }
+  if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
+  DIL_FAIL("DeepSeek-V4.1 forward is not supported yet");
+}
+
+}  // namespace dil
