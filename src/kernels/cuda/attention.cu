@@ -3,7 +3,8 @@
 // ring, paged compressed rows). A correct first version: one block per (token, 8 heads),
 // one warp per head, online softmax in fp32 over chunks of 16 rows staged in shared memory
 // (the rows are shared by all heads: MQA). docs/kernels.md says what a tensor-core version
-// needs.
+// needs. Scores, the softmax and the weighted sum run in double (rows and q stay f32, their
+// products are exact in double), so the result is the reference's to a last-bit rounding.
 #include "kernels/cuda/ops.cuh"
 
 namespace dil::cuda {
@@ -50,13 +51,14 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams P) {
   const int n_comp = P.ratio > 0 ? (P.comp_idx ? P.K : (p + 1) / P.ratio) : 0;
   const int n_cand = n_win + n_comp;
   const int dl = P.d / 32;  // values per lane
-  float q[kMaxD / 32], acc[kMaxD / 32];
+  float q[kMaxD / 32];
+  double acc[kMaxD / 32];
 #pragma unroll
   for (int i = 0; i < kMaxD / 32; ++i) {
     q[i] = (h < P.H && i < dl) ? P.q[(int64_t(t) * P.H + h) * P.d + lane + 32 * i] : 0.f;
-    acc[i] = 0.f;
+    acc[i] = 0.0;
   }
-  float m = -INFINITY, l = 0.f;
+  double m = -INFINITY, l = 0.0;
   for (int c0 = 0; c0 < n_cand; c0 += kChunk) {
     __syncthreads();
     if (threadIdx.x < kChunk) {
@@ -73,14 +75,14 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams P) {
     if (h >= P.H) continue;
     for (int r = 0; r < kChunk; ++r) {
       if (!ptrs[r]) continue;
-      float dot = 0.f;
+      double dot = 0.0;
 #pragma unroll
       for (int i = 0; i < kMaxD / 32; ++i)
-        if (i < dl) dot += q[i] * rows[r][lane + 32 * i];
-      float sc = warp_sum(dot) * P.scale;
-      float mn = fmaxf(m, sc);
-      float corr = expf(m - mn);  // m = -inf on the first row: corr = 0, acc and l are 0
-      float e = expf(sc - mn);
+        if (i < dl) dot += double(q[i]) * double(rows[r][lane + 32 * i]);
+      double sc = warp_sum_d(dot) * double(P.scale);
+      double mn = fmax(m, sc);
+      double corr = exp(m - mn);  // m = -inf on the first row: corr = 0, acc and l are 0
+      double e = exp(sc - mn);
       l = l * corr + e;
 #pragma unroll
       for (int i = 0; i < kMaxD / 32; ++i)
@@ -89,13 +91,13 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams P) {
     }
   }
   if (h >= P.H) return;
-  float sink = P.sink[h];
-  float mf = fmaxf(m, sink);
-  float a = l > 0.f ? expf(m - mf) : 0.f;
-  float denom = l * a + expf(sink - mf);
+  double sink = P.sink[h];
+  double mf = fmax(m, sink);
+  double a = l > 0.0 ? exp(m - mf) : 0.0;
+  double denom = l * a + exp(sink - mf);
 #pragma unroll
   for (int i = 0; i < kMaxD / 32; ++i)
-    if (i < dl) P.out[(int64_t(t) * P.H + h) * P.d + lane + 32 * i] = acc[i] * a / denom;
+    if (i < dl) P.out[(int64_t(t) * P.H + h) * P.d + lane + 32 * i] = float(acc[i] * a / denom);
 }
 
 __global__ void ring_write_kernel(const float* kv_new, float* ring, const int32_t* tok_seq, const int32_t* tok_pos,

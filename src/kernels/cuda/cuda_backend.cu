@@ -54,6 +54,11 @@ class CudaBackend final : public Backend {
     c_.lt_workspace = c_.arena->get(size_t(32) << 20);
     const char* g = std::getenv("DIL_CUDA_GEMM");  // read once, at construction
     c_.use_cublaslt = !(g && std::strcmp(g, "simt") == 0);
+    const char* l = std::getenv("DIL_LT_FP8_LAYOUT");
+    if (l && std::strlen(l) == 2) {
+      c_.lt_a_layout = l[0] == '1';
+      c_.lt_b_layout = l[1] == '1';
+    }
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(c_.stream);

@@ -24,7 +24,8 @@ __global__ void gemm_simt_kernel(const float* x, int64_t ldx, int64_t M, WView w
 
 // x f32 [M, K] -> q e4m3 [Mp, K] (rows >= M zero) and scales f32 [K/128, Mp] (token-fastest,
 // the VEC128_32F layout), with the rounding of fp8_qdq: s = pow2_ceil(max(amax,1e-4)/448).
-__global__ void act_quant_kernel(const float* x, int64_t M, int64_t Mp, int64_t K, uint8_t* q, float* sc) {
+__global__ void act_quant_kernel(const float* x, int64_t M, int64_t Mp, int64_t K, uint8_t* q, float* sc,
+                                 bool k_fastest) {
   int64_t gw = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
   int64_t nb = K / 128;
@@ -33,7 +34,7 @@ __global__ void act_quant_kernel(const float* x, int64_t M, int64_t Mp, int64_t 
   uint8_t* qr = q + m * K + b * 128;
   if (m >= M) {
     for (int c = lane; c < 128; c += 32) qr[c] = 0;
-    if (lane == 0) sc[b * Mp + m] = 1.0f;
+    if (lane == 0) sc[k_fastest ? m * nb + b : b * Mp + m] = 1.0f;
     return;
   }
   const float* xr = x + m * K + b * 128;
@@ -48,15 +49,25 @@ __global__ void act_quant_kernel(const float* x, int64_t M, int64_t Mp, int64_t 
   float s = d_pow2_ceil(amax * (1.0f / 448.0f));
 #pragma unroll
   for (int i = 0; i < 4; ++i) qr[lane + 32 * i] = d_f32_to_e4m3(d_round_e4m3(fminf(fmaxf(v[i] / s, -448.f), 448.f)));
-  if (lane == 0) sc[b * Mp + m] = s;
+  if (lane == 0) sc[k_fastest ? m * nb + b : b * Mp + m] = s;
 }
 
-// E8M0 [nbo, nbk] -> f32 [nbo, nbk_pad] (the BLK128x128_32F layout of a row-major weight).
-__global__ void weight_scale_kernel(const uint8_t* s, int64_t nbo, int64_t nbk, int64_t nbk_pad, float* out) {
+// E8M0 [nbo, nbk] -> f32 [nbo, nbk_pad] (K blocks fastest) or [nbk, nbo_pad] (transposed):
+// the BLK128x128_32F scales of a row-major weight.
+__global__ void weight_scale_kernel(const uint8_t* s, int64_t nbo, int64_t nbk, bool transposed, float* out) {
+  int64_t nbk_pad = (nbk + 3) / 4 * 4, nbo_pad = (nbo + 3) / 4 * 4;
+  int64_t n = transposed ? nbk * nbo_pad : nbo * nbk_pad;
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= nbo * nbk_pad) return;
-  int64_t r = i / nbk_pad, c = i % nbk_pad;
-  out[i] = c < nbk ? d_e8m0_to_f32(s[r * nbk + c]) : 1.0f;
+  if (i >= n) return;
+  int64_t r, c;  // weight block row (N), block column (K)
+  if (transposed) {
+    c = i / nbo_pad;
+    r = i % nbo_pad;
+  } else {
+    r = i / nbk_pad;
+    c = i % nbk_pad;
+  }
+  out[i] = (r < nbo && c < nbk) ? d_e8m0_to_f32(s[r * nbk + c]) : 1.0f;
 }
 
 __global__ void split_bf16_kernel(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) {
@@ -140,16 +151,18 @@ void warn_once(bool& flag, const char* what) {
 bool linear_fp8_lt(Ctx& c, const Tensor& x, const Weight& w, Tensor out) {
   int64_t M = x.numel() / w.in, N = w.out, K = w.in;
   int64_t Mp = (M + 15) / 16 * 16;
-  int64_t nbk = K / 128, nbo = N / 128, nbk_pad = (nbk + 3) / 4 * 4;
+  int64_t nbk = K / 128, nbo = N / 128;
+  int64_t n_ws = (nbk + 3) / 4 * 4 * ((nbo + 3) / 4 * 4);
   Buffer q = c.scratch(size_t(Mp * K));
   Buffer xs = c.scratch(size_t(nbk * Mp) * 4);
-  Buffer ws = c.scratch(size_t(nbo * nbk_pad) * 4);
+  Buffer ws = c.scratch(size_t(n_ws) * 4);
   act_quant_kernel<<<grid_for(Mp * nbk * 32, 256), 256, 0, c.stream>>>(x.ptr<float>(), M, Mp, K,
                                                                        static_cast<uint8_t*>(q.data()),
-                                                                       static_cast<float*>(xs.data()));
+                                                                       static_cast<float*>(xs.data()),
+                                                                       c.lt_b_layout == 1);
   DIL_LAUNCH_CHECK("act_quant_kernel");
-  weight_scale_kernel<<<grid_for(nbo * nbk_pad, 256), 256, 0, c.stream>>>(w.scale.ptr<uint8_t>(), nbo, nbk, nbk_pad,
-                                                                         static_cast<float*>(ws.data()));
+  weight_scale_kernel<<<grid_for(n_ws, 256), 256, 0, c.stream>>>(w.scale.ptr<uint8_t>(), nbo, nbk,
+                                                                 c.lt_a_layout == 1, static_cast<float*>(ws.data()));
   DIL_LAUNCH_CHECK("weight_scale_kernel");
   Buffer d = c.scratch(size_t(Mp * N) * 4);
   if (lt_matmul(c, CUDA_R_8F_E4M3, CUDA_R_32F, w.w.data, q.data(), d.data(), N, Mp, K,

@@ -1,8 +1,10 @@
 // The SIMT GEMM tile shared by linear (gemm.cu) and the MoE grouped GEMM (moe.cu):
-// out[m, n] = sum_k X[m, k] * W[n, k], fp32 accumulation, weights decoded from their
-// checkpoint format while staged in shared memory (FP8 e4m3 x E8M0 blocks, FP4 e2m1 x E8M0
-// per 32, BF16, F32). A correct first version: no tensor cores, no async copies; what a
-// Hopper version needs is in docs/kernels.md.
+// out[m, n] = sum_k X[m, k] * W[n, k], weights decoded from their checkpoint format while
+// staged in shared memory (FP8 e4m3 x E8M0 blocks, FP4 e2m1 x E8M0 per 32, BF16, F32).
+// Accumulation in double over k ascending, rounded once: every product of an f32 activation
+// and a decoded weight is exact in double, so this is the CPU reference's sum term for term
+// and the result is bit-identical to it. A correct first version (SIMT FP64, no tensor
+// cores, no async copies); what a Hopper version needs is in docs/kernels.md.
 #pragma once
 #include "kernels/cuda/ops.cuh"
 
@@ -34,7 +36,7 @@ __device__ __forceinline__ void gemm_tile(const float* __restrict__ x, int64_t l
   __shared__ float Ws[kBK][kBN + 4];
   const int tid = threadIdx.x;
   const int tx = tid % 16, ty = tid / 16;
-  float acc[4][4] = {};
+  double acc[4][4] = {};
   for (int64_t k0 = 0; k0 < K; k0 += kBK) {
     for (int i = tid; i < kBM * kBK; i += kGemmThreads) {
       int mm = i / kBK, kk = i % kBK;
@@ -62,7 +64,7 @@ __device__ __forceinline__ void gemm_tile(const float* __restrict__ x, int64_t l
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        for (int j = 0; j < 4; ++j) acc[i][j] = fma(double(a[i]), double(b[j]), acc[i][j]);
     }
     __syncthreads();
   }
@@ -73,7 +75,7 @@ __device__ __forceinline__ void gemm_tile(const float* __restrict__ x, int64_t l
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       int64_t n = n0 + tx * 4 + j;
-      if (n < n_end) out[m * ldo + n] = acc[i][j];
+      if (n < n_end) out[m * ldo + n] = float(acc[i][j]);
     }
   }
 }

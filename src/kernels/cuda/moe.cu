@@ -6,6 +6,7 @@
 // as the official code has them), SwiGLU with clamps and the routing weight, and a combine
 // that sums each token's k expert outputs in k order (deterministic, no atomics on floats).
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cuda/gemm_simt.cuh"
 
@@ -178,21 +179,24 @@ __global__ void moe_combine_kernel(const float* y, const int32_t* pos_of, int64_
 
 unsigned stride_grid(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)); }
 
-// Device table of WViews for an expert list, uploaded on first use and kept by the context.
+// Device table of WViews for an expert list, uploaded on first use and kept by the context;
+// re-uploaded when the list's contents differ from what was uploaded.
 const WView* expert_table(Ctx& c, const std::vector<Weight>* ws) {
-  auto it = c.expert_tables.find(ws);
-  if (it != c.expert_tables.end()) return static_cast<const WView*>(it->second.data());
   std::vector<WView> h(ws->size());
   for (size_t e = 0; e < ws->size(); ++e) {
     DIL_CHECK((*ws)[e].w.device == Device::CUDA, "moe_experts: expert ", e, " weight not on the GPU");
     h[e] = make_wview((*ws)[e]);
   }
-  Buffer b = c.scratch(h.size() * sizeof(WView));
-  // Synchronous copy of a small table, once per expert list (weights are adopted at load).
-  DIL_CUDA(cudaMemcpy(b.data(), h.data(), h.size() * sizeof(WView), cudaMemcpyHostToDevice));
-  const WView* p = static_cast<const WView*>(b.data());
-  c.expert_tables.emplace(ws, std::move(b));
-  return p;
+  auto& entry = c.expert_tables[ws];
+  if (entry.dev.data() && entry.host.size() == h.size() &&
+      std::memcmp(entry.host.data(), h.data(), h.size() * sizeof(WView)) == 0)
+    return static_cast<const WView*>(entry.dev.data());
+  entry.dev = c.scratch(h.size() * sizeof(WView));
+  entry.host = std::move(h);
+  // From pageable memory: the runtime stages the bytes before returning (once per list).
+  DIL_CUDA(cudaMemcpyAsync(entry.dev.data(), entry.host.data(), entry.host.size() * sizeof(WView),
+                           cudaMemcpyHostToDevice, c.stream));
+  return static_cast<const WView*>(entry.dev.data());
 }
 
 }  // namespace

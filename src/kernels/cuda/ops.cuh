@@ -18,6 +18,7 @@ struct WView {
   const uint8_t* scale = nullptr; // FP8: E8M0 [ceil(N/bn), ceil(K/bk)]; FP4: E8M0 [N, K/32]
   int kind = 0;                   // Weight::Kind as int
   int bn = 0, bk = 0;
+  int pad_ = 0;                   // no uninitialised padding: tables are compared bytewise
   int64_t n = 0, k = 0;
   int64_t scale_cols = 0;
 };
@@ -30,9 +31,18 @@ struct Ctx {
   std::shared_ptr<Arena> arena;
   Buffer lt_workspace;         // cuBLASLt workspace
   bool use_cublaslt = true;    // false: every GEMM on our own SIMT kernel (DIL_CUDA_GEMM=simt)
-  bool warned_fp8 = false, warned_bf16 = false;  // one stderr line each when cuBLASLt declines
-  // Per-expert weight tables of moe_experts, uploaded once per expert list.
-  std::unordered_map<const void*, Buffer> expert_tables;
+  bool warned_fp8 = false, warned_bf16 = false;
+  // Scale layouts handed to cuBLASLt's block-scaled FP8 GEMM (DIL_LT_FP8_LAYOUT="ab", default
+  // "00"): a = 0: weight scales [N/128][ceil4(K/128)] (K blocks fastest), 1: [K/128][ceil4(N/128)];
+  // b = 0: activation scales [K/128][Mp] (tokens fastest), 1: [Mp][K/128].
+  int lt_a_layout = 0, lt_b_layout = 0;  // one stderr line each when cuBLASLt declines
+  // Per-expert weight tables of moe_experts, uploaded once per expert list; the host copy
+  // detects a list that changed (or a new list at a reused address) and triggers a re-upload.
+  struct ExpertTable {
+    std::vector<WView> host;
+    Buffer dev;
+  };
+  std::unordered_map<const void*, ExpertTable> expert_tables;
   Buffer scratch(size_t bytes) { return arena->get(bytes); }
 };
 
