@@ -33,7 +33,8 @@ std::vector<int> parse_int_list(const std::string& s) {
 
 std::vector<int32_t> parse_ids(const std::string& list_or_file) {
   std::string text = list_or_file;
-  if (std::filesystem::is_regular_file(list_or_file)) {
+  std::error_code ec;  // a long id list is not a valid path: no exception
+  if (std::filesystem::is_regular_file(list_or_file, ec)) {
     std::ifstream in(list_or_file);
     std::stringstream ss;
     ss << in.rdbuf();

@@ -151,7 +151,10 @@ TEST(Corrupt, ConfigTensorMismatchIsNamed) {
 
 TEST(Corrupt, UnexpectedTensorIsNamed) {
   std::string dir = corrupted_copy("extra", [](RawSt& r, size_t&) {
-    r.header["layers.9.attn.bogus"] = r.header["layers.2.attn.attn_sink"];
+    // a well-formed extra tensor with its own 16 bytes at the end of the data section
+    size_t end = r.data.size();
+    r.data += std::string(16, '\x01');
+    r.header["layers.9.attn.bogus"] = {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {end, end + 16}}};
   });
   std::string err = load_error(dir);
   EXPECT_NE(err.find("unexpected tensor layers.9.attn.bogus"), std::string::npos) << err;
