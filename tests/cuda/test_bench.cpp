@@ -39,7 +39,9 @@ TEST_F(CudaBench, DISABLED_Gemms) {
   for (C c : {C{Weight::Kind::FP8, 32768, 1024, 128, 128, 1, "wq_b fp8 T=1"},
               C{Weight::Kind::FP8, 32768, 1024, 128, 128, 512, "wq_b fp8 T=512"},
               C{Weight::Kind::FP8, 4096, 8192, 128, 128, 512, "wo_b fp8 T=512"},
+              C{Weight::Kind::FP8, 1280, 5120, 32, 32, 1, "v41 wq_a fp8-32 T=1 (gemv)"},
               C{Weight::Kind::FP8, 1280, 5120, 32, 32, 64, "v41 wq_a fp8-32 T=64 (simt)"},
+              C{Weight::Kind::FP4, 2048, 4096, 32, 128, 1, "expert w1 fp4 T=1 (gemv)"},
               C{Weight::Kind::BF16, 1024, 4096, 0, 0, 512, "compressor bf16 T=512"},
               C{Weight::Kind::BF16, 129280, 4096, 0, 0, 1, "head bf16 T=1"}}) {
     HostWeight hw = make_weight(c.k, c.out, c.in, c.block, 900);

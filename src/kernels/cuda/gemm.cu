@@ -9,7 +9,7 @@
 //   cuBLASLt rejects): the SIMT kernel of gemm_simt.cuh, after an activation QDQ when asked.
 #include <cstdio>
 
-#include "kernels/cuda/gemm_simt.cuh"
+#include "kernels/cuda/gemv.cuh"
 
 namespace dil::cuda {
 namespace {
@@ -50,6 +50,15 @@ __global__ void act_quant_kernel(const float* x, int64_t M, int64_t Mp, int64_t 
 #pragma unroll
   for (int i = 0; i < 4; ++i) qr[lane + 32 * i] = d_f32_to_e4m3(d_round_e4m3(fminf(fmaxf(v[i] / s, -448.f), 448.f)));
   if (lane == 0) sc[k_fastest ? m * nb + b : b * Mp + m] = s;
+}
+
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const float* x, int64_t ldx, int64_t M, WView w,
+                                                            int64_t w_row0, float* out, int64_t ldo, int64_t x_gstride,
+                                                            int64_t o_gstride, int64_t w_gstride) {
+  int g = blockIdx.z;
+  int64_t m0 = int64_t(blockIdx.y) * kGemvRows, n0 = int64_t(blockIdx.x) * kGemvThreads;
+  int64_t N = w_gstride ? w_gstride : w.n;
+  gemv_tile(x + g * x_gstride, ldx, nullptr, m0, M, w, w_row0 + g * w_gstride, n0, N, w.k, out + g * o_gstride, ldo);
 }
 
 // E8M0 [nbo, nbk] -> f32 [nbo, nbk_pad] (K blocks fastest) or [nbk, nbo_pad] (transposed):
@@ -201,6 +210,12 @@ void gemm_simt(Ctx& c, const float* x, int64_t ldx, int64_t m, const WView& w, i
                int64_t ldo, int groups, int64_t x_gstride, int64_t o_gstride, int64_t w_gstride) {
   int64_t N = w_gstride ? w_gstride : w.n;
   if (m == 0 || N == 0) return;
+  if (m <= 4 * kGemvRows) {  // decode-sized: each weight read once per 4 rows
+    dim3 g(unsigned(ceil_div(N, kGemvThreads)), unsigned(ceil_div(m, kGemvRows)), unsigned(groups));
+    gemv_kernel<<<g, kGemvThreads, 0, c.stream>>>(x, ldx, m, w, w_row0, out, ldo, x_gstride, o_gstride, w_gstride);
+    DIL_LAUNCH_CHECK("gemv_kernel");
+    return;
+  }
   dim3 grid(unsigned(ceil_div(N, kBN)), unsigned(ceil_div(m, kBM)), unsigned(groups));
   gemm_simt_kernel<<<grid, kGemmThreads, 0, c.stream>>>(x, ldx, m, w, w_row0, out, ldo, x_gstride, o_gstride,
                                                         w_gstride);

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cuda/gemm_simt.cuh"
+#include "kernels/cuda/gemv.cuh"
 
 namespace dil::cuda {
 namespace {
@@ -92,15 +92,15 @@ __global__ void moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* 
   if (e >= 0 && e < E) atomicAdd(&counts[e], 1);
 }
 
-// Single block: exclusive scan of the counts and the tile map (tiles of kBM rows, per expert).
-__global__ void moe_scan_kernel(MoeIndex I, int E, int max_tiles) {
+// Single block: exclusive scan of the counts and the tile map (tiles of bm rows, per expert).
+__global__ void moe_scan_kernel(MoeIndex I, int E, int max_tiles, int bm) {
   if (threadIdx.x != 0) return;
   int off = 0, tiles = 0;
   for (int e = 0; e < E; ++e) {
     I.offsets[e] = off;
     I.fill[e] = 0;
     int cnt = I.counts[e];
-    for (int r = 0; r < cnt && tiles < max_tiles; r += kBM) {
+    for (int r = 0; r < cnt && tiles < max_tiles; r += bm) {
       I.tile_e[tiles] = e;
       I.tile_r0[tiles] = off + r;
       ++tiles;
@@ -135,6 +135,17 @@ __global__ void moe_gemm_kernel(const float* x, int64_t ldx, const int32_t* gath
   int64_t r0 = I.tile_r0[tile], r_end = I.offsets[e + 1];
   const WView& w = experts[e];
   gemm_tile(x, ldx, gather, r0, r_end, w, 0, int64_t(blockIdx.x) * kBN, N, K, out, ldo);
+}
+
+// The same with the few-rows kernel (tiles of kGemvRows rows).
+__global__ void __launch_bounds__(kGemvThreads) moe_gemv_kernel(const float* x, int64_t ldx, const int32_t* gather,
+                                                                const WView* experts, MoeIndex I, float* out,
+                                                                int64_t ldo, int64_t N, int64_t K) {
+  int tile = blockIdx.y;
+  if (tile >= *I.n_tiles) return;
+  int e = I.tile_e[tile];
+  int64_t r0 = I.tile_r0[tile], r_end = min(int64_t(I.offsets[e + 1]), r0 + kGemvRows);
+  gemv_tile(x, ldx, gather, r0, r_end, experts[e], 0, int64_t(blockIdx.x) * kGemvThreads, N, K, out, ldo);
 }
 
 // h = silu(min(g, lim)) * clamp(u, -lim, lim) * route_w of the row's pair.
@@ -225,7 +236,11 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   const WView* t2 = expert_table(c, a.w2);
   const WView* t3 = expert_table(c, a.w3);
   int64_t Tk = T * k;
-  int max_tiles = int(ceil_div(Tk, kBM) + E);
+  // Decode-sized batches (a few rows per expert): tiles of 4 rows on the few-rows kernel;
+  // larger ones: 64-row tiles on the tile kernel.
+  const bool few = Tk <= int64_t(8) * E;
+  const int bm = few ? kGemvRows : kBM;
+  int max_tiles = int(ceil_div(Tk, bm) + E);
   // Index scratch: one allocation.
   size_t n_i32 = size_t(E) * 3 + 1 + size_t(Tk) * 3 + size_t(max_tiles) * 2 + 1;
   Buffer ib = c.scratch(n_i32 * 4);
@@ -244,7 +259,7 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   const int32_t* idx = a.route_idx.ptr<int32_t>();
   moe_count_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, E, I.counts);
   DIL_LAUNCH_CHECK("moe_count_kernel");
-  moe_scan_kernel<<<1, 32, 0, c.stream>>>(I, E, max_tiles);
+  moe_scan_kernel<<<1, 32, 0, c.stream>>>(I, E, max_tiles, bm);
   DIL_LAUNCH_CHECK("moe_scan_kernel");
   moe_scatter_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, k, E, I);
   DIL_LAUNCH_CHECK("moe_scatter_kernel");
@@ -264,11 +279,19 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   Buffer gb = c.scratch(size_t(Tk * Idim) * 4), ub = c.scratch(size_t(Tk * Idim) * 4);
   float* g = static_cast<float*>(gb.data());
   float* u = static_cast<float*>(ub.data());
-  dim3 grid1(unsigned(ceil_div(Idim, kBN)), unsigned(max_tiles));
-  moe_gemm_kernel<<<grid1, kGemmThreads, 0, c.stream>>>(x, D, I.sorted_tok, t1, I, g, Idim, Idim, D);
-  DIL_LAUNCH_CHECK("moe_gemm_kernel(w1)");
-  moe_gemm_kernel<<<grid1, kGemmThreads, 0, c.stream>>>(x, D, I.sorted_tok, t3, I, u, Idim, Idim, D);
-  DIL_LAUNCH_CHECK("moe_gemm_kernel(w3)");
+  auto grouped_gemm = [&](const float* xin, int64_t ldx, const int32_t* gather, const WView* tab, float* o,
+                          int64_t N, int64_t K, const char* what) {
+    if (few) {
+      dim3 grid(unsigned(ceil_div(N, kGemvThreads)), unsigned(max_tiles));
+      moe_gemv_kernel<<<grid, kGemvThreads, 0, c.stream>>>(xin, ldx, gather, tab, I, o, N, N, K);
+    } else {
+      dim3 grid(unsigned(ceil_div(N, kBN)), unsigned(max_tiles));
+      moe_gemm_kernel<<<grid, kGemmThreads, 0, c.stream>>>(xin, ldx, gather, tab, I, o, N, N, K);
+    }
+    DIL_LAUNCH_CHECK(what);
+  };
+  grouped_gemm(x, D, I.sorted_tok, t1, g, Idim, D, "moe grouped gemm (w1)");
+  grouped_gemm(x, D, I.sorted_tok, t3, u, Idim, D, "moe grouped gemm (w3)");
   moe_swiglu_kernel<<<stride_grid(Tk * Idim), 256, 0, c.stream>>>(g, u, a.route_w.ptr<float>(), I.sorted_pair,
                                                                    I.offsets, E, a.swiglu_limit, g, Idim);
   DIL_LAUNCH_CHECK("moe_swiglu_kernel");
@@ -279,9 +302,7 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   }
   Buffer yb = c.scratch(size_t(Tk * D) * 4);
   float* y = static_cast<float*>(yb.data());
-  dim3 grid2(unsigned(ceil_div(D, kBN)), unsigned(max_tiles));
-  moe_gemm_kernel<<<grid2, kGemmThreads, 0, c.stream>>>(g, Idim, nullptr, t2, I, y, D, D, Idim);
-  DIL_LAUNCH_CHECK("moe_gemm_kernel(w2)");
+  grouped_gemm(g, Idim, nullptr, t2, y, D, Idim, "moe grouped gemm (w2)");
   moe_combine_kernel<<<stride_grid(T * D), 256, 0, c.stream>>>(y, I.pos_of, T, k, D, a.out.ptr<float>());
   DIL_LAUNCH_CHECK("moe_combine_kernel");
 }
