@@ -9,6 +9,7 @@
 // - Ops never synchronize with the host; everything data-dependent stays on the device.
 // - Exact top-k ties are broken towards the lowest index (design.md, Numerics).
 #pragma once
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -178,6 +179,24 @@ class Backend {
 
   // Reset the recurrent state of the given slots (compressor scores -inf, kv 0).
   virtual void reset_state(Tensor state_kv, Tensor state_score, const std::vector<int32_t>& slots) = 0;
+
+  // Benchmark timing: an event marks a point in the op stream; elapsed_ms(a, b) is the time
+  // between two events (waiting for them as needed). The default synchronizes and reads the
+  // host clock at each event; a device backend may override it with device events so that
+  // marking does not stall the stream.
+  virtual int record_event() {
+    synchronize();
+    host_events_.push_back(std::chrono::steady_clock::now());
+    return int(host_events_.size()) - 1;
+  }
+  virtual double elapsed_ms(int from, int to) {
+    DIL_CHECK(from >= 0 && to >= from && to < int(host_events_.size()), "bad event ids ", from, " ", to);
+    return std::chrono::duration<double, std::milli>(host_events_[size_t(to)] - host_events_[size_t(from)]).count();
+  }
+  virtual void clear_events() { host_events_.clear(); }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> host_events_;
 };
 
 enum class BackendKind { CPU, CUDA };

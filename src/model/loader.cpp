@@ -1,6 +1,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "model/dummy_weights.h"
 #include "model/model.h"
 #include "model/schema.h"
 #include "model/v4_model.h"
@@ -22,9 +23,20 @@ bool has_prefix(const SafeTensors& st, const std::string& prefix) {
 
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const ModelOptions& opt) {
   namespace fs = std::filesystem;
+  std::unique_ptr<SafeTensors> st;
+  ModelConfig cfg;
+  if (opt.load_format == "dummy") {
+    cfg = load_config(fs::is_directory(dir) ? (fs::path(dir) / "config.json").string() : dir);
+    for (int L : opt.layers)
+      if (L < 0 || L >= cfg.n_layers) DIL_FAIL("layer ", L, " outside [0, ", cfg.n_layers, ")");
+    st = std::make_unique<SafeTensors>(make_dummy_checkpoint(cfg, opt.layers, opt.seed));
+    if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
+    DIL_FAIL("DeepSeek-V4.1 forward is not supported yet");
+  }
+  if (opt.load_format != "safetensors") DIL_FAIL("unknown load format '", opt.load_format, "' (safetensors or dummy)");
   if (!fs::is_directory(dir)) DIL_FAIL("model folder ", dir, " does not exist");
-  ModelConfig cfg = load_config((fs::path(dir) / "config.json").string());
-  auto st = std::make_unique<SafeTensors>(SafeTensors::open(dir));
+  cfg = load_config((fs::path(dir) / "config.json").string());
+  st = std::make_unique<SafeTensors>(SafeTensors::open(dir));
   // MTP / DSpark weights are validated (and later used) when the checkpoint carries them.
   const bool with_mtp = has_prefix(*st, "mtp.");
   ValidationReport rep = validate_checkpoint(*st, expected_tensors(cfg, with_mtp));

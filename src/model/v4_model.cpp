@@ -24,9 +24,14 @@ V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, 
     be_.upload(tables[k].inv_freq, f.data());
     rope_bufs_.push_back(std::move(b));
   }
-  layers_.resize(size_t(cfg_.n_layers));
-  for (int L = 0; L < cfg_.n_layers; ++L) {
-    Layer& l = layers_[size_t(L)];
+  std::vector<int> ids = opt.layers;
+  if (ids.empty())
+    for (int L = 0; L < cfg_.n_layers; ++L) ids.push_back(L);
+  layers_.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Layer& l = layers_[i];
+    const int L = ids[i];
+    l.id = L;
     bind_block(l, "layers." + std::to_string(L) + ".", cfg_.ratio(L), cfg_.is_hash_layer(L));
     l.rope = tables[l.ratio > 0 ? 1 : 0];
   }
@@ -163,6 +168,7 @@ void V4Model::compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Bu
 Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s) {
   const int64_t T = x.size(0), H = cfg_.n_heads, hd = cfg_.head_dim, D = cfg_.dim, G = cfg_.o_groups;
   const int ab = act_block(), rd = cfg_.rope_dims;
+  auto proj = std::make_unique<ProfileScope>(prof_, "projections");
   // Query path: q_norm(wq_a x) also feeds the indexer.
   Tensor qa = s.f32({T, cfg_.q_lora_rank}), qr = s.f32({T, cfg_.q_lora_rank});
   be_.linear(x, l.wq_a, ab, qa);
@@ -178,6 +184,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
   be_.rope(kv.view({T, 1, hd}), m.tok_pos, l.rope, false);
   if (official_) be_.fp8_qdq(kv, int(hd) - rd, 64);
 
+  proj.reset();
   AttnArgs a;
   a.q = q;
   a.kv_new = kv;
@@ -186,13 +193,21 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
   a.scale = float(1.0 / std::sqrt(double(hd)));
   a.window = cfg_.window;
   if (l.ratio > 0) {
-    compress(l, l.comp, x, l.cstate_kv, l.cstate_score, l.comp_rows, int(hd), false, m, s);
+    {
+      ProfileScope ps(prof_, "compressors");
+      compress(l, l.comp, x, l.cstate_kv, l.cstate_score, l.comp_rows, int(hd), false, m, s);
+    }
     a.comp_ratio = l.ratio;
     a.rows_per_block = cache_.block_tokens / l.ratio;
     a.comp = l.comp_rows.as(DType::F32, {cache_.n_blocks, a.rows_per_block, hd});
     if (l.ratio == 4) {
       // Lightning indexer (model-spec §3.7).
       const int64_t Hi = cfg_.index_heads, di = cfg_.index_head_dim;
+      {
+        ProfileScope ps(prof_, "compressors");
+        compress(l, l.icomp, x, l.istate_kv, l.istate_score, l.idx_rows, int(di), true, m, s);
+      }
+      ProfileScope ps(prof_, "indexer");
       Tensor qi = s.f32({T, Hi, di});
       be_.linear(qr, l.iwq_b, ab, qi.view({T, Hi * di}));
       be_.rope(qi, m.tok_pos, l.rope, false);
@@ -200,7 +215,6 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
         be_.hadamard(qi.view({T * Hi, di}));
         be_.fp4_qdq(qi.view({T * Hi, di}), 32, false);
       }
-      compress(l, l.icomp, x, l.istate_kv, l.istate_score, l.idx_rows, int(di), true, m, s);
       // The official weights are scaled by di^-0.5 * Hi^-0.5; a positive constant factor does
       // not change the top-k selection, which is all the scores are used for, so it is omitted.
       Tensor w = s.f32({T, Hi});
@@ -216,8 +230,12 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
   }
   Tensor o = s.f32({T, H, hd});
   a.out = o;
-  be_.sparse_attention(a, m);
-  be_.ring_write(kv, a.ring, m);
+  {
+    ProfileScope ps(prof_, "attention core");
+    be_.sparse_attention(a, m);
+    be_.ring_write(kv, a.ring, m);
+  }
+  ProfileScope ps(prof_, "projections");
   be_.rope(o, m.tok_pos, l.rope, true);  // de-rotate the output's rope dims at the query position
   Tensor z = s.f32({T, G, cfg_.o_lora_rank});
   be_.grouped_linear(o.view({T, G, H * hd / G}), l.wo_a, int(G), z);  // wo_a: dequantized, no act quant
@@ -229,6 +247,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
 Tensor V4Model::moe(Layer& l, const Tensor& x, const Tensor& ids, Scratch& s) {
   const int64_t T = x.size(0), D = cfg_.dim, I = cfg_.moe_inter, E = cfg_.n_routed, k = cfg_.topk;
   const int ab = act_block();
+  auto gate = std::make_unique<ProfileScope>(prof_, "moe gate");
   Tensor logits = s.f32({T, E});
   be_.linear(x, l.gate, 0, logits);
   MoeRouteArgs r;
@@ -237,11 +256,15 @@ Tensor V4Model::moe(Layer& l, const Tensor& x, const Tensor& ids, Scratch& s) {
   r.out_w = s.f32({T, k});
   r.out_idx = s.i32({T, k});
   be_.moe_route(r);
+  gate.reset();
+  auto experts = std::make_unique<ProfileScope>(prof_, "moe experts");
   Tensor out = s.f32({T, D});
   MoeExpertsArgs e;
   e.x = x; e.w1 = &l.w1; e.w2 = &l.w2; e.w3 = &l.w3; e.route_w = r.out_w; e.route_idx = r.out_idx;
   e.act_block = ab; e.swiglu_limit = cfg_.swiglu_limit; e.out = out;
   be_.moe_experts(e);
+  experts.reset();
+  ProfileScope ps(prof_, "moe shared");
   Tensor g = s.f32({T, I}), u = s.f32({T, I}), h = s.f32({T, I}), sh = s.f32({T, D});
   be_.linear(x, l.sw1, ab, g);
   be_.linear(x, l.sw3, ab, u);
@@ -260,25 +283,33 @@ void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   for (int s = 0; s < m.n_seqs; ++s)
     DIL_CHECK(m.h_slot[size_t(s)] >= 0 && m.h_slot[size_t(s)] < cache_.n_slots, "slot out of range");
 
+  auto other = std::make_unique<ProfileScope>(prof_, "embed+head");
   Tensor e = step.f32({T, D});
   be_.embed(embed_, p.ids, e);
   Tensor X = step.f32({T, n, D}), X2 = step.f32({T, n, D});
   be_.hc_expand(e, int(n), X);
+  other.reset();
   for (Layer& l : layers_) {
     Scratch s(be_);  // this layer's temporaries
     Tensor u = s.f32({T, D}), xn = s.f32({T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
+    auto mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     hc_pre(X, l.hc_attn, u, post, comb, s);
     be_.rms_norm(u, l.attn_norm, cfg_.norm_eps, xn);
+    mhc.reset();
     Tensor f = attention(l, xn, m, s);
+    mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     be_.hc_post(f, X, post, comb, X2);
     std::swap(X, X2);
     hc_pre(X, l.hc_ffn, u, post, comb, s);
     be_.rms_norm(u, l.ffn_norm, cfg_.norm_eps, xn);
+    mhc.reset();
     f = moe(l, xn, p.ids, s);
+    mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     be_.hc_post(f, X, post, comb, X2);
     std::swap(X, X2);
   }
 
+  ProfileScope head_scope(prof_, "embed+head");
   // Rows that need logits.
   std::vector<int64_t> rows;
   for (int s = 0; s < m.n_seqs; ++s) {
@@ -302,6 +333,30 @@ void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   be_.rms_norm(h, norm_, cfg_.norm_eps, hn);
   be_.linear(hn, head_, 0, lg);
   be_.download(logits->data(), lg);
+}
+
+}  // namespace dil
+
+namespace dil {
+
+// Random contents for every cache buffer: a synthesized long context for the benchmarks.
+// Compressor scores stay finite so that a partially filled window pools real numbers.
+void V4Model::randomize_cache(uint64_t seed) {
+  std::vector<float> host;
+  auto fill = [&](Buffer& b) {
+    if (!b.data()) return;
+    size_t n = b.bytes() / 4;
+    host.resize(n);
+    uint64_t s = seed++;
+    for (size_t i = 0; i < n; ++i) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      host[i] = float(int64_t(s >> 40) - (1ll << 23)) / float(1 << 23);  // uniform [-1, 1)
+    }
+    be_.upload(Tensor(b.data(), DType::F32, {int64_t(n)}, be_.device()), host.data());
+  };
+  for (Layer& l : layers_)
+    for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows, &l.cstate_kv, &l.cstate_score, &l.istate_kv, &l.istate_score})
+      fill(*b);
 }
 
 }  // namespace dil

@@ -17,6 +17,7 @@ class V4Model : public Model {
   CacheSpec cache_spec(int block_tokens) const override;
   void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;
   void forward(const StepBatch& batch, std::vector<float>* logits) override;
+  void randomize_cache(uint64_t seed) override;
 
  private:
   struct Hc { Tensor fn, base, scale; };
@@ -27,6 +28,7 @@ class V4Model : public Model {
     bool overlap = false;
   };
   struct Layer {
+    int id = 0;
     int ratio = 0;
     Tensor attn_norm, ffn_norm, q_norm, kv_norm, sink;
     Hc hc_attn, hc_ffn;

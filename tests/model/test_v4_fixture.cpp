@@ -120,7 +120,9 @@ TEST(V4Fixture, OfficialModeMatchesDeepSeekCode) {
     EXPECT_LE(d.total_rel_l2, 0.12) << k;
     EXPECT_GE(d.argmax_agree, int(0.9 * d.rows)) << k;
     Diff vs_hf = compare_logits(got, f32_of(hf, k + ".logits"), f.V);
-    if (ids.size() > 20) EXPECT_LT(d.total_rel_l2, vs_hf.total_rel_l2) << k << ": official mode is not simulating the quantization";
+    if (ids.size() > 20) {
+      EXPECT_LT(d.total_rel_l2, vs_hf.total_rel_l2) << k << ": official mode is not simulating the quantization";
+    }
   }
   // Decode: prefill the prompt, then single-token steps; the official decode path.
   auto prompt = ids_of(f.ref, "decode.input_ids");

@@ -28,8 +28,9 @@ int64_t weight_cols(const Weight& w);
 void dequant_row(const Weight& w, int64_t i, double* out);
 
 // out[t, o] = sum_k xq[t, k] * W[o, k] for t < T (x [T, in], ld_x floats between rows;
-// out [T, out], ld_out floats between rows). With act_block > 0 each row of x is first
-// act-quantized (act_quant_qdq) in blocks of act_block. Accumulation in double over k in
+// out [T, out], ld_out floats between rows). With act_block > 0 and an FP8/FP4 weight each
+// row of x is first act-quantized (act_quant_qdq) in blocks of act_block (the official
+// linear(); F32/BF16 weights take x as is). Accumulation in double over k in
 // ascending order, rounded once to f32. Each weight row is dequantized once per call.
 void linear_rows(const float* x, int64_t T, int64_t ld_x, const Weight& w, int act_block,
                  float* out, int64_t ld_out);

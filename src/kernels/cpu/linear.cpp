@@ -1,7 +1,9 @@
 // Weight dequantization and the GEMMs (linear, grouped_linear) of the CPU reference.
 // out = xq . W^T with W dequantized by model-spec §2.1 and xq the FP8-act-quantized input
 // (official fp8_gemm / fp4_gemm), accumulated in double and rounded once to f32.
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -11,16 +13,24 @@ namespace dil {
 namespace cpu {
 
 namespace {
-// All 256 e4m3 codes decoded once (immutable after construction).
-const std::array<float, 256>& e4m3_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int i = 0; i < 256; ++i) t[i] = e4m3_to_f32(uint8_t(i));
-    return t;
-  }();
-  return table;
+// Code tables decoded once (immutable after construction): every e4m3 value, every E8M0
+// scale 2^(b-127) as double (exact; b = 255 is NaN in the format and never used), every
+// e2m1 nibble. Dequantization is then two lookups and one exact product per element.
+struct CodeTables {
+  std::array<double, 256> e4m3{}, e8m0{};
+  std::array<double, 16> e2m1{};
+  CodeTables() {
+    for (int i = 0; i < 256; ++i) {
+      e4m3[i] = e4m3_to_f32(uint8_t(i));
+      e8m0[i] = std::ldexp(1.0, i - 127);
+    }
+    for (int i = 0; i < 16; ++i) e2m1[i] = e2m1_to_f32(uint8_t(i));
+  }
+};
+const CodeTables& tables() {
+  static const CodeTables t;
+  return t;
 }
-double e8m0_d(uint8_t b) { return std::ldexp(1.0, int(b) - 127); }
 }  // namespace
 
 int64_t weight_rows(const Weight& w) { return w.w.size(0); }
@@ -48,21 +58,26 @@ void dequant_row(const Weight& w, int64_t i, double* out) {
       DIL_CHECK(w.scale.ndim == 2 && w.scale.size(0) == (w.w.size(0) + bo - 1) / bo &&
                     w.scale.size(1) == (in + bi - 1) / bi,
                 "FP8 scale ", w.scale.shape_str(), " does not match weight ", w.w.shape_str());
-      const auto& tab = e4m3_table();
+      const CodeTables& tab = tables();
       const uint8_t* r = static_cast<const uint8_t*>(w.w.data) + i * in;
       const uint8_t* s = static_cast<const uint8_t*>(w.scale.data) + (i / bo) * w.scale.size(1);
-      for (int64_t j = 0; j < in; ++j) out[j] = double(tab[r[j]]) * e8m0_d(s[j / bi]);
+      for (int64_t j0 = 0; j0 < in; j0 += bi) {
+        const double sc = tab.e8m0[s[j0 / bi]];
+        for (int64_t j = j0, j1 = std::min<int64_t>(in, j0 + bi); j < j1; ++j) out[j] = tab.e4m3[r[j]] * sc;
+      }
       break;
     }
     case Weight::Kind::FP4: {
       // [out, in/2] bytes (low nibble = even column) with E8M0 scales [out, in/32]
       DIL_CHECK(w.scale.ndim == 2 && w.scale.size(0) == w.w.size(0) && w.scale.size(1) == (in + 31) / 32,
                 "FP4 scale ", w.scale.shape_str(), " does not match weight ", w.w.shape_str());
+      const CodeTables& tab = tables();
       const uint8_t* r = static_cast<const uint8_t*>(w.w.data) + i * (in / 2);
       const uint8_t* s = static_cast<const uint8_t*>(w.scale.data) + i * w.scale.size(1);
       for (int64_t k = 0; k < in / 2; ++k) {
-        out[2 * k] = double(e2m1_to_f32(r[k] & 0xf)) * e8m0_d(s[(2 * k) / 32]);
-        out[2 * k + 1] = double(e2m1_to_f32(r[k] >> 4)) * e8m0_d(s[(2 * k + 1) / 32]);
+        const double sc = tab.e8m0[s[k / 16]];  // columns 2k, 2k+1 share the block (2k)/32
+        out[2 * k] = tab.e2m1[r[k] & 0xf] * sc;
+        out[2 * k + 1] = tab.e2m1[r[k] >> 4] * sc;
       }
       break;
     }
@@ -87,10 +102,28 @@ void linear_rows(const float* x, int64_t T, int64_t ld_x, const Weight& w, int a
   std::vector<double> wrow(static_cast<size_t>(in));  // [in] one dequantized weight row
   for (int64_t o = 0; o < n_out; ++o) {
     dequant_row(w, o, wrow.data());
-    for (int64_t t = 0; t < T; ++t) {
+    const double* wr = wrow.data();
+    int64_t t = 0;
+    // Four tokens at a time only for instruction-level parallelism: each token keeps its own
+    // accumulator and the same ascending-k order, so the bits do not depend on the grouping.
+    for (; t + 4 <= T; t += 4) {
+      const float *x0 = x + t * ld_x, *x1 = x0 + ld_x, *x2 = x1 + ld_x, *x3 = x2 + ld_x;
+      double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+      for (int64_t k = 0; k < in; ++k) {
+        a0 += double(x0[k]) * wr[k];
+        a1 += double(x1[k]) * wr[k];
+        a2 += double(x2[k]) * wr[k];
+        a3 += double(x3[k]) * wr[k];
+      }
+      out[t * ld_out + o] = float(a0);
+      out[(t + 1) * ld_out + o] = float(a1);
+      out[(t + 2) * ld_out + o] = float(a2);
+      out[(t + 3) * ld_out + o] = float(a3);
+    }
+    for (; t < T; ++t) {
       const float* xr = x + t * ld_x;
       double acc = 0.0;
-      for (int64_t k = 0; k < in; ++k) acc += double(xr[k]) * wrow[k];
+      for (int64_t k = 0; k < in; ++k) acc += double(xr[k]) * wr[k];
       out[t * ld_out + o] = float(acc);
     }
   }
