@@ -10,6 +10,7 @@
 // - Exact top-k ties are broken towards the lowest index (design.md, Numerics).
 #pragma once
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -194,6 +195,9 @@ class Backend {
     return std::chrono::duration<double, std::milli>(host_events_[size_t(to)] - host_events_[size_t(from)]).count();
   }
   virtual void clear_events() { host_events_.clear(); }
+  // Hardware ceilings measured on this device for the benchmarks, e.g. "bf16_gemm_tflops",
+  // "fp8_gemm_tflops", "hbm_copy_gbps" (read + write bytes). Empty where not measurable.
+  virtual std::map<std::string, double> measure_ceilings() { return {}; }
 
  private:
   std::vector<std::chrono::steady_clock::time_point> host_events_;

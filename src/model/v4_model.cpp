@@ -290,6 +290,7 @@ void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   be_.hc_expand(e, int(n), X);
   other.reset();
   for (Layer& l : layers_) {
+    ProfileScope layer_scope(prof_, l.ratio == 0 ? "layer:SWA" : l.ratio == 4 ? "layer:CSA" : "layer:HCA");
     Scratch s(be_);  // this layer's temporaries
     Tensor u = s.f32({T, D}), xn = s.f32({T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
     auto mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
