@@ -94,6 +94,18 @@ void Server::Core::fit_context(GenParams* g, int prompt_tokens, const std::strin
   if (g->stop.max_tokens < 0) g->stop.max_tokens = max_len - prompt_tokens;
 }
 
+bool Server::Core::engine_wedged() const {
+  const EngineStats st = engine.stats();
+  std::lock_guard<std::mutex> l(health_mu);
+  const auto now = std::chrono::steady_clock::now();
+  if (st.steps != last_steps || st.running + st.waiting == 0) {
+    last_steps = st.steps;
+    last_progress = now;
+    return false;
+  }
+  return std::chrono::duration<double>(now - last_progress).count() > opts.health_stall_s;
+}
+
 void Server::Core::admit(int n) const {
   if (opts.max_concurrent <= 0 || !opts.reject_overload) return;
   // Racy by a few requests under contention; the limit is a load-shedding threshold, not a
@@ -118,6 +130,8 @@ Server::Server(Engine& engine, const tok::Tokenizer& tok, tok::PromptFormat form
   h.set_payload_max_length(c.opts.max_body_bytes);
 
   h.set_pre_routing_handler([&c](const httplib::Request& req, httplib::Response& res) {
+    // Echo the caller's request id so client and server logs can be joined.
+    if (req.has_header("X-Request-Id")) res.set_header("X-Request-Id", req.get_header_value("X-Request-Id"));
     if (c.opts.api_key.empty() || !needs_auth(req.path)) return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + c.opts.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
@@ -133,8 +147,11 @@ Server::Server(Engine& engine, const tok::Tokenizer& tok, tok::PromptFormat form
   });
   h.set_logger([&c](const httplib::Request&, const httplib::Response& res) { c.metrics.http_response(res.status); });
 
-  h.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, Json{{"status", "ok"}});
+  h.Get("/health", guarded([&c](const httplib::Request&, httplib::Response& res) {
+    if (c.engine_wedged())
+      send_error(res, ApiError(503, "the engine has made no progress on queued work", "", "engine_stalled", "server_error"));
+    else
+      send_json(res, 200, Json{{"status", "ok"}});
   }));
   h.Get("/metrics", guarded([&c](const httplib::Request&, httplib::Response& res) {
     res.set_content(c.metrics.render(c.engine.stats()), "text/plain; version=0.0.4; charset=utf-8");

@@ -23,6 +23,7 @@ struct ServerOptions {
   int threads = 1024;              // connection threads (>= concurrent streams)
   int64_t max_concurrent = 0;      // generations held at once; 0 = no limit
   bool reject_overload = true;     // over max_concurrent: 429 (true) or queue in the engine (false)
+  double health_stall_s = 60.0;    // /health says 503 when queued work sees no step this long
   ServerDefaults defaults;
 };
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <httplib.h>
 
-#include <condition_variable>
+#include <chrono>
 #include <mutex>
 
 #include "core/check.h"
@@ -19,6 +19,12 @@ struct Server::Core {
   Metrics metrics;
   httplib::Server http;
   int64_t vocab = 0;  // ids a client may send: below both the tokenizer's and the model's size
+
+  // /health: a wedged engine (work queued, no step for health_stall_s) answers 503.
+  mutable std::mutex health_mu;
+  mutable int64_t last_steps = -1;
+  mutable std::chrono::steady_clock::time_point last_progress = std::chrono::steady_clock::now();
+  bool engine_wedged() const;
 
   Core(Engine& e, const tok::Tokenizer& t, tok::PromptFormat f, ServerOptions o);
 
