@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <sys/socket.h>
+
 #include <chrono>
 
 #include "core/check.h"
@@ -128,6 +130,12 @@ Server::Server(Engine& engine, const tok::Tokenizer& tok, tok::PromptFormat form
   h.set_read_timeout(30);
   h.set_write_timeout(30);
   h.set_payload_max_length(c.opts.max_body_bytes);
+  // Debian's compiled cpp-httplib listens with a backlog of 5: a burst of new connections
+  // overflows it and clients see resets. Remember the socket so bind() can raise the backlog.
+  h.set_socket_options([&c](socket_t sock) {
+    httplib::default_socket_options(sock);
+    if (c.listen_fd < 0) c.listen_fd = sock;
+  });
 
   h.set_pre_routing_handler([&c](const httplib::Request& req, httplib::Response& res) {
     // Echo the caller's request id so client and server logs can be joined.
@@ -178,6 +186,9 @@ int Server::bind() {
   } else if (!c.http.bind_to_port(c.opts.host.c_str(), port)) {
     DIL_FAIL("cannot bind ", c.opts.host, ":", port, " (in use?)");
   }
+  // Listening again on a listening socket only updates its backlog (Linux); the kernel caps
+  // it at net.core.somaxconn.
+  if (c.listen_fd >= 0 && ::listen(c.listen_fd, 4096) != 0) DIL_FAIL("listen(backlog 4096) failed");
   return port;
 }
 

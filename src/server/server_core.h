@@ -20,6 +20,8 @@ struct Server::Core {
   httplib::Server http;
   int64_t vocab = 0;  // ids a client may send: below both the tokenizer's and the model's size
 
+  int listen_fd = -1;  // the listening socket, to raise its backlog after bind
+
   // /health: a wedged engine (work queued, no step for health_stall_s) answers 503.
   mutable std::mutex health_mu;
   mutable int64_t last_steps = -1;
