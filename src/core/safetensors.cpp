@@ -162,6 +162,19 @@ const StEntry& SafeTensors::at(const std::string& name) const {
   return *e;
 }
 
+void SafeTensors::add_owned(const std::string& name, DType dtype, std::vector<int64_t> shape, Buffer data) {
+  StEntry e;
+  e.name = name;
+  e.file = "<memory>";
+  e.dtype = dtype;
+  e.shape = std::move(shape);
+  e.nbytes = size_t(e.numel()) * dtype_size(dtype);
+  DIL_CHECK(data.bytes() >= e.nbytes, name, ": buffer too small");
+  e.data = static_cast<const uint8_t*>(data.data());
+  owned_.push_back(std::move(data));
+  entries_[name] = std::move(e);
+}
+
 size_t SafeTensors::total_bytes() const {
   size_t n = 0;
   for (const auto& [k, e] : entries_) n += e.nbytes;

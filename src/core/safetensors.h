@@ -47,10 +47,13 @@ class SafeTensors {
   const StEntry& at(const std::string& name) const;  // throws naming the tensor
   const std::map<std::string, StEntry>& entries() const { return entries_; }
   size_t total_bytes() const;
+  // Registers a tensor held in memory (dummy checkpoints for benchmarks and tests).
+  void add_owned(const std::string& name, DType dtype, std::vector<int64_t> shape, Buffer data);
 
  private:
   void add_file(const std::string& file);
   std::vector<std::unique_ptr<MappedFile>> files_;
+  std::vector<Buffer> owned_;
   std::map<std::string, StEntry> entries_;
 };
 

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/profiler.h"
 
 namespace dil {
 
@@ -17,6 +18,14 @@ Numerics parse_numerics(const std::string& s);  // "official" | "reference"; thr
 struct ModelOptions {
   Numerics numerics = Numerics::Official;
   bool load_mtp = true;
+  // "safetensors": the checkpoint in the model folder. "dummy": random weights in the
+  // official formats generated from config.json alone (benchmarks; `dir` may then be the
+  // config file itself).
+  std::string load_format = "safetensors";
+  uint64_t seed = 1;
+  // Backbone layers to build and run (empty: all). Benchmarks run a subset of a model that
+  // does not fit one GPU and extrapolate.
+  std::vector<int> layers;
 };
 
 // One sequence's share of a step. Its recurrent state lives in `slot`; its compressed rows
@@ -52,6 +61,13 @@ class Model {
   // Runs one step. `logits` receives [rows, vocab] f32 on the host, rows in chunk order:
   // all tokens of an all_logits chunk, else the last token of a want_logits chunk.
   virtual void forward(const StepBatch& batch, std::vector<float>* logits) = 0;
+  // Benchmarks: per-module timing of the following steps (nullptr: off), and random contents
+  // for every cache block and state slot (a synthesized long context).
+  void set_profiler(StepProfiler* p) { prof_ = p; }
+  virtual void randomize_cache(uint64_t seed) { DIL_FAIL("randomize_cache is not supported by this model"); }
+
+ protected:
+  StepProfiler* prof_ = nullptr;
 };
 
 // Loads config.json + safetensors from `dir`, validates every tensor, builds the model on `be`.

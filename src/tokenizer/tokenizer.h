@@ -68,15 +68,19 @@ enum class PromptFormat { V4, V41 };
 // V4.1 configs are composite (`text_config`, model_type deepseek_v41...); everything else is V4.
 PromptFormat prompt_format_from_config(const std::string& config_json_path);
 
+// JSON with insertion-ordered keys: tool schemas and arguments are rendered in the order the
+// client sent them (Python dict order), so parse requests with nlohmann::ordered_json::parse.
+using Json = nlohmann::ordered_json;
+
 struct ChatOptions {
   std::string thinking_mode = "chat";  // "chat" | "thinking"
-  nlohmann::json reasoning_effort;     // null | "low"|"high"|"max"... | int (V4.1)
-  nlohmann::json tools;                // OpenAI tools array or null
-  nlohmann::json response_format;      // or null
-  bool add_generation_prompt = true;
+  Json reasoning_effort;               // null | "low"|"high"|"max" | int 1..100 (V4.1)
+  Json tools;                          // OpenAI tools array or null (attached to the system message)
+  Json response_format;                // or null (attached to the system message)
+  bool add_generation_prompt = true;   // false: drop the trailing <｜Assistant｜> header
 };
 // Renders OpenAI-format messages exactly like the official encoders. dil::Error on bad messages.
-std::string render_chat(PromptFormat f, const nlohmann::json& messages, const ChatOptions& o);
+std::string render_chat(PromptFormat f, const Json& messages, const ChatOptions& o);
 
 struct ToolCall {
   std::string id, name, arguments_json;

@@ -1,0 +1,202 @@
+// deepinfer-lab bench prefill|decode|ceilings
+//
+//   bench prefill --config FILE [--context 131072] [--cached 126976] [--new-tokens 4096]
+//                 [--layers 1,3,4] [--device cuda] [--mode official] [--iters 3] [--json OUT]
+//   bench decode  --config FILE --batch B --context C [...same options]
+//   bench ceilings [--device cuda]
+//
+// Dummy weights in the official formats (--load-format dummy) for a subset of layers, a cached
+// context synthesized with random rows, one step timed after a warm-up, a per-module breakdown,
+// the FLOP/byte floor of the same step, and the extrapolation of the measured per-layer times to
+// the model's full depth (labelled as such).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/ids.h"
+#include "model/cost.h"
+#include "model/model.h"
+
+namespace dil::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string layer_kind(const ModelConfig& c, int L) {
+  int r = c.ratio(L);
+  if (c.arch == Arch::V4) return r == 0 ? "SWA" : r == 4 ? "CSA" : "HCA";
+  switch (c.role(L)) {
+    case LayerRole::Swa: return "SWA";
+    case LayerRole::Full: return "Full-r" + std::to_string(r);
+    case LayerRole::Reuse: return "Reuse-r" + std::to_string(r);
+    case LayerRole::Reindex: return "Reindex-r" + std::to_string(r);
+  }
+  return "?";
+}
+
+std::vector<int> default_layers(const ModelConfig& c) {
+  if (c.arch == Arch::V4) return {1, 3, 4};  // SWA (hash-routed), HCA, CSA
+  return {0, 2, 3, 20, 21, 24};              // SWA, Full r2, Reuse r2, Full r1 (candidates), Reuse r1, Reindex
+}
+
+struct Run {
+  double step_ms = 0;
+  std::map<std::string, double> module_ms;
+  std::map<std::string, double> layer_kind_ms;
+};
+
+Run time_steps(Model& model, Backend& be, const StepBatch& batch, int warmup, int iters) {
+  std::vector<float> logits;
+  for (int i = 0; i < warmup; ++i) model.forward(batch, &logits);
+  be.synchronize();
+  // Plain step time first (no events inside the step), then one profiled step for the breakdown.
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) model.forward(batch, &logits);
+  be.synchronize();
+  Run r;
+  r.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+  StepProfiler prof(be);
+  model.set_profiler(&prof);
+  model.forward(batch, &logits);
+  be.synchronize();
+  model.set_profiler(nullptr);
+  for (const auto& [name, ms] : prof.totals_ms()) {
+    if (name.rfind("layer:", 0) == 0) r.layer_kind_ms[name.substr(6)] += ms;
+    else r.module_ms[name] += ms;
+  }
+  for (float v : logits)
+    if (!std::isfinite(v)) DIL_FAIL("benchmark step produced non-finite logits");
+  return r;
+}
+
+int bench_model(const Args& args, bool decode) {
+  const std::string cfg_path = args.need("config");
+  ModelConfig cfg = load_config(cfg_path);
+  auto be = make_backend(parse_backend_kind(args.get("device", "cuda")));
+  ModelOptions opt;
+  opt.numerics = parse_numerics(args.get("mode", "official"));
+  opt.load_format = "dummy";
+  opt.seed = uint64_t(args.get_int("seed", 1));
+  if (args.has("layers")) opt.layers = parse_int_list(args.get("layers"));
+  else opt.layers = default_layers(cfg);
+  const int64_t n_seqs = decode ? args.get_int("batch", 64) : 1;
+  const int64_t context = args.get_int("context", decode ? 32768 : 131072);
+  const int64_t new_tokens = decode ? 1 : args.get_int("new-tokens", 4096);
+  const int64_t cached = decode ? context : args.get_int("cached", context - new_tokens);
+  if (cached < 0 || cached + new_tokens > cfg.max_position) DIL_FAIL("bad --context/--cached/--new-tokens");
+  const int bt = int(args.get_int("block-tokens", 128));
+  const int iters = int(args.get_int("iters", 3)), warmup = int(args.get_int("warmup", 1));
+
+  auto t_load = std::chrono::steady_clock::now();
+  auto model = load_model(cfg_path, *be, opt);
+  const int64_t blocks_per_seq = (cached + new_tokens + bt - 1) / bt;
+  model->allocate_cache(int(blocks_per_seq * n_seqs), int(n_seqs), bt);
+  model->randomize_cache(opt.seed + 1);
+  StepBatch batch;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    SeqChunk c;
+    c.slot = int32_t(s);
+    c.start_pos = int32_t(cached);
+    c.n_tokens = int32_t(new_tokens);
+    for (int64_t b = 0; b < blocks_per_seq; ++b) c.blocks.push_back(int32_t(s * blocks_per_seq + b));
+    batch.seqs.push_back(c);
+    for (int64_t t = 0; t < new_tokens; ++t) batch.tokens.push_back(int32_t((s * 7919 + t * 104729) % cfg.vocab_size));
+  }
+  double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  Run r = time_steps(*model, *be, batch, warmup, iters);
+
+  std::map<std::string, double> ceil = be->measure_ceilings();
+  auto cost = step_cost(cfg, opt.layers, n_seqs, cached, new_tokens);
+  auto full_cost = step_cost(cfg, {}, n_seqs, cached, new_tokens);
+  const double fp8_rate = ceil.count("fp8_gemm_tflops") ? ceil["fp8_gemm_tflops"] * 1e12 : 0;
+  const double bf16_rate = ceil.count("bf16_gemm_tflops") ? ceil["bf16_gemm_tflops"] * 1e12 : 0;
+  const double bw = ceil.count("hbm_copy_gbps") ? ceil["hbm_copy_gbps"] * 1e9 : 0;
+  auto floor_ms = [&](const ModuleCost& mc) {
+    double rate = mc.fp8_gemm ? fp8_rate : bf16_rate;
+    if (rate <= 0 || bw <= 0) return 0.0;
+    return 1e3 * std::max(mc.flops / rate, mc.bytes / bw);
+  };
+
+  // Extrapolation to the full depth: measured time per layer kind x that kind's count.
+  std::map<std::string, int> kind_count_subset, kind_count_full;
+  for (int L : opt.layers) kind_count_subset[layer_kind(cfg, L)]++;
+  for (int L = 0; L < cfg.n_layers; ++L) kind_count_full[layer_kind(cfg, L)]++;
+  // The profiled step carries event overhead; scale its parts to the plain step time.
+  double prof_layers = 0;
+  for (auto& [kind, ms] : r.layer_kind_ms) prof_layers += ms;
+  const double prof_head = r.module_ms["embed+head"];
+  const double scale = r.step_ms / std::max(1e-9, prof_layers + prof_head);
+  bool extrapolable = true;
+  double full_ms = prof_head;
+  for (auto& [kind, cnt] : kind_count_full) {
+    if (!kind_count_subset.count(kind)) { extrapolable = false; continue; }
+    full_ms += r.layer_kind_ms[kind] / kind_count_subset[kind] * cnt;
+  }
+  full_ms *= scale;
+
+  const double tokens = double(n_seqs * new_tokens);
+  std::printf("\n%s %s  device %s  mode %s  layers [", decode ? "decode" : "prefill", cfg_path.c_str(), be->name().c_str(),
+              args.get("mode", "official").c_str());
+  for (size_t i = 0; i < opt.layers.size(); ++i) std::printf("%s%d", i ? "," : "", opt.layers[i]);
+  std::printf("] of %d  seqs %lld  cached %lld  new %lld/seq  (load+synth %.1fs)\n", cfg.n_layers, (long long)n_seqs,
+              (long long)cached, (long long)new_tokens, load_s);
+  std::printf("%-16s %10s %7s %10s %10s %10s\n", "module", "ms/step", "share", "TFLOP", "TFLOP/s", "floor ms");
+  double prof_total = 0;
+  for (auto& [k, v] : r.module_ms) prof_total += v;
+  json jm = json::object();
+  for (auto& [name, ms] : r.module_ms) {
+    const ModuleCost& mc = cost[name];
+    std::printf("%-16s %10.3f %6.1f%% %10.3f %10.1f %10.3f\n", name.c_str(), ms, 100 * ms / prof_total, mc.flops / 1e12,
+                mc.flops / 1e12 / (ms / 1e3), floor_ms(mc));
+    jm[name] = {{"ms", ms}, {"flops", mc.flops}, {"bytes", mc.bytes}, {"floor_ms", floor_ms(mc)}};
+  }
+  double subset_floor = 0, full_floor = 0;
+  for (auto& [k, mc] : cost) subset_floor += floor_ms(mc);
+  for (auto& [k, mc] : full_cost) full_floor += floor_ms(mc);
+  std::printf("measured step (subset, no profiling events): %.3f ms  -> %.1f tok/s\n", r.step_ms, tokens / (r.step_ms / 1e3));
+  if (extrapolable)
+    std::printf("extrapolated to all %d layers: %.3f ms/step  -> %.1f tok/s/GPU  (floor %.3f ms)\n", cfg.n_layers, full_ms,
+                tokens / (full_ms / 1e3), full_floor);
+  else
+    std::printf("not extrapolated: the subset lacks a layer kind of the full model\n");
+  json out = {{"bench", decode ? "decode" : "prefill"}, {"config", cfg_path}, {"device", be->name()},
+              {"layers", opt.layers}, {"n_layers", cfg.n_layers}, {"seqs", n_seqs}, {"cached", cached},
+              {"new_tokens", new_tokens}, {"step_ms_subset", r.step_ms}, {"modules", jm},
+              {"layer_kind_ms", r.layer_kind_ms}, {"ceilings", ceil}, {"floor_ms_subset", subset_floor},
+              {"floor_ms_full", full_floor}, {"extrapolated", extrapolable}};
+  if (extrapolable) {
+    out["full_ms_extrapolated"] = full_ms;
+    out["tok_s_gpu_extrapolated"] = tokens / (full_ms / 1e3);
+  }
+  if (args.has("json")) std::ofstream(args.get("json")) << out.dump(2) << "\n";
+  return 0;
+}
+
+int bench_ceilings(const Args& args) {
+  auto be = make_backend(parse_backend_kind(args.get("device", "cuda")));
+  auto c = be->measure_ceilings();
+  if (c.empty()) std::printf("backend %s measures no ceilings\n", be->name().c_str());
+  for (auto& [k, v] : c) std::printf("%-20s %12.1f\n", k.c_str(), v);
+  if (args.has("json")) std::ofstream(args.get("json")) << json(c).dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  if (argc < 2) DIL_FAIL("usage: deepinfer-lab bench prefill|decode|ceilings [options]");
+  std::string what = argv[1];
+  Args args(argc - 1, argv + 1);
+  if (what == "prefill") return bench_model(args, false);
+  if (what == "decode") return bench_model(args, true);
+  if (what == "ceilings") return bench_ceilings(args);
+  DIL_FAIL("unknown bench '", what, "' (prefill, decode or ceilings)");
+}
+
+}  // namespace dil::cli

@@ -1,0 +1,127 @@
+// Sparse attention over [window rows ; compressed rows] with an attention sink, and the SWA
+// ring write (model-spec §3.1 sparse_attn, §3.5, §3.7, §3.9).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_common.h"
+
+namespace dil {
+
+// Token t of sequence s = tok_seq[t] at position p = tok_pos[t] attends to:
+//  - window positions j in [max(0, p-W+1), p], ascending: row kv_new[q_start[s] + j - start_pos[s]]
+//    if j >= start_pos[s] (this step), else ring[slot[s], j % W] (earlier steps);
+//  - if comp_ratio m > 0, compressed rows r < (p+1)/m: all of them ascending when comp_idx is
+//    empty, else comp_idx[t, :] in its order, skipping -1 and r >= (p+1)/m; row r lives at
+//    comp[block_table[s, r / rows_per_block], r % rows_per_block].
+// Per head h, in double: s_j = (q[t,h] . k_j) * scale; mx = max_j s_j;
+//   out[t,h] = sum_j e^(s_j-mx) k_j / (sum_j e^(s_j-mx) + e^(sink_h - mx)), rounded once to f32.
+// Values are the keys (one shared d-wide row).
+void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
+  cpu::check_f32(a.q, "attention q");
+  cpu::check_f32(a.kv_new, "attention kv_new");
+  cpu::check_f32(a.sink, "attention sink");
+  cpu::check_f32(a.out, "attention out");
+  const int64_t T = m.n_tokens, d = cpu::last_dim(a.q), H = a.q.numel() / (T * d), W = a.window;
+  DIL_CHECK(T * H * d == a.q.numel() && a.out.numel() == a.q.numel() && a.kv_new.numel() == T * d,
+            "attention: q ", a.q.shape_str(), " kv_new ", a.kv_new.shape_str(), " out ", a.out.shape_str());
+  DIL_CHECK(a.sink.numel() == H, "attention: sink ", a.sink.shape_str(), " for ", H, " heads");
+  const bool has_ring = !a.ring.empty();
+  if (has_ring) {
+    cpu::check_f32(a.ring, "attention ring");
+    DIL_CHECK(a.ring.ndim == 3 && a.ring.size(1) == W && a.ring.size(2) == d, "attention: ring ",
+              a.ring.shape_str());
+  }
+  const int ratio = a.comp_ratio;
+  const int64_t rpb = a.rows_per_block;
+  if (ratio > 0) {
+    cpu::check_f32(a.comp, "attention comp");
+    DIL_CHECK(rpb > 0 && a.comp.ndim == 3 && a.comp.size(1) == rpb && a.comp.size(2) == d,
+              "attention: comp ", a.comp.shape_str(), " rows_per_block ", rpb);
+  }
+  const int64_t K = a.comp_idx.empty() ? 0 : a.comp_idx.size(1);
+  if (K) {
+    cpu::check_i32(a.comp_idx, "attention comp_idx");
+    DIL_CHECK(a.comp_idx.size(0) == T, "attention: comp_idx ", a.comp_idx.shape_str());
+  }
+  const float *pq = a.q.ptr<float>(), *pkv = a.kv_new.ptr<float>(), *psink = a.sink.ptr<float>();
+  float* po = a.out.ptr<float>();
+  std::vector<const float*> keys;  // [n_keys] pointers to d-wide rows
+  std::vector<double> sc;          // [n_keys]
+  std::vector<double> acc(static_cast<size_t>(d));  // [d]
+  for (int64_t t = 0; t < T; ++t) {
+    const int s = m.h_tok_seq[t], p = m.h_tok_pos[t];
+    const int start = m.h_start_pos[s], q0 = m.h_q_start[s], slot = m.h_slot[s];
+    keys.clear();
+    for (int j = std::max<int>(0, p - int(W) + 1); j <= p; ++j) {
+      if (j >= start) {
+        keys.push_back(pkv + int64_t(q0 + j - start) * d);
+      } else {
+        DIL_CHECK(has_ring, "attention: position ", j, " needs the ring");
+        keys.push_back(a.ring.ptr<float>() + (int64_t(slot) * W + j % W) * d);
+      }
+    }
+    if (ratio > 0) {
+      const int n_vis = (p + 1) / ratio;
+      auto add_row = [&](int r) {
+        const int blk = m.h_block_table[size_t(s) * m.max_blocks + r / rpb];
+        DIL_CHECK(blk >= 0 && blk < a.comp.size(0), "attention: compressed row ", r, " of seq ", s,
+                  " has no block");
+        keys.push_back(a.comp.ptr<float>() + (int64_t(blk) * rpb + r % rpb) * d);
+      };
+      if (K == 0) {
+        for (int r = 0; r < n_vis; ++r) add_row(r);
+      } else {
+        const int32_t* idx = a.comp_idx.ptr<int32_t>() + t * K;
+        for (int64_t k = 0; k < K; ++k)
+          if (idx[k] >= 0 && idx[k] < n_vis) add_row(idx[k]);
+      }
+    }
+    const size_t nk = keys.size();
+    sc.resize(nk);
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = pq + (t * H + h) * d;
+      double mx = -INFINITY;
+      for (size_t j = 0; j < nk; ++j) {
+        double dot = 0.0;
+        for (int64_t c = 0; c < d; ++c) dot += double(qh[c]) * keys[j][c];
+        sc[j] = dot * double(a.scale);
+        mx = std::max(mx, sc[j]);
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      double den = 0.0;
+      for (size_t j = 0; j < nk; ++j) {
+        const double e = std::exp(sc[j] - mx);
+        den += e;
+        for (int64_t c = 0; c < d; ++c) acc[c] += e * keys[j][c];
+      }
+      den += std::exp(double(psink[h]) - mx);
+      float* oh = po + (t * H + h) * d;
+      for (int64_t c = 0; c < d; ++c) oh[c] = float(acc[c] / den);
+    }
+  }
+}
+
+// kv_new [T, d], ring [n_slots, W, d]: for each sequence, its step tokens at positions
+// p >= start_pos + len - W (the last W of the sequence) are stored at ring[slot, p % W].
+// Called after attention, so attention of this step reads the previous contents.
+void CpuBackend::ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) {
+  cpu::check_f32(kv_new, "ring_write kv_new");
+  cpu::check_f32(ring, "ring_write ring");
+  const int64_t d = cpu::last_dim(kv_new), W = ring.size(1);
+  DIL_CHECK(ring.ndim == 3 && ring.size(2) == d, "ring_write: ring ", ring.shape_str(), " kv ",
+            kv_new.shape_str());
+  for (int s = 0; s < m.n_seqs; ++s) {
+    const int start = m.h_start_pos[s], len = m.h_len[s], q0 = m.h_q_start[s], slot = m.h_slot[s];
+    DIL_CHECK(slot >= 0 && slot < ring.size(0), "ring_write: slot ", slot);
+    for (int i = std::max(0, len - int(W)); i < len; ++i) {
+      const int p = start + i;
+      std::memcpy(ring.ptr<float>() + (int64_t(slot) * W + p % W) * d, kv_new.ptr<float>() + int64_t(q0 + i) * d,
+                  size_t(d) * 4);
+    }
+  }
+}
+
+}  // namespace dil

@@ -1,0 +1,58 @@
+#include <filesystem>
+
+#include "core/check.h"
+#include "model/dummy_weights.h"
+#include "model/model.h"
+#include "model/schema.h"
+#include "model/v41_model.h"
+#include "model/v4_model.h"
+
+namespace dil {
+
+Numerics parse_numerics(const std::string& s) {
+  if (s == "official") return Numerics::Official;
+  if (s == "reference") return Numerics::Reference;
+  DIL_FAIL("unknown numerics mode '", s, "' (expected official or reference)");
+}
+
+namespace {
+bool has_prefix(const SafeTensors& st, const std::string& prefix) {
+  auto it = st.entries().lower_bound(prefix);
+  return it != st.entries().end() && it->first.rfind(prefix, 0) == 0;
+}
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const ModelOptions& opt) {
+  namespace fs = std::filesystem;
+  std::unique_ptr<SafeTensors> st;
+  ModelConfig cfg;
+  if (opt.load_format == "dummy") {
+    cfg = load_config(fs::is_directory(dir) ? (fs::path(dir) / "config.json").string() : dir);
+    for (int L : opt.layers)
+      if (L < 0 || L >= cfg.n_layers) DIL_FAIL("layer ", L, " outside [0, ", cfg.n_layers, ")");
+    st = std::make_unique<SafeTensors>(make_dummy_checkpoint(cfg, opt.layers, opt.seed));
+    if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
+    DIL_FAIL("DeepSeek-V4.1 forward is not supported yet");
+  }
+  if (opt.load_format != "safetensors") DIL_FAIL("unknown load format '", opt.load_format, "' (safetensors or dummy)");
+  if (!fs::is_directory(dir)) DIL_FAIL("model folder ", dir, " does not exist");
+  cfg = load_config((fs::path(dir) / "config.json").string());
+  st = std::make_unique<SafeTensors>(SafeTensors::open(dir));
+  // MTP / DSpark weights are validated (and later used) when the checkpoint carries them.
+  const bool with_mtp = has_prefix(*st, "mtp.");
+  ValidationReport rep = validate_checkpoint(*st, expected_tensors(cfg, with_mtp));
+  if (!rep.ok()) {
+    std::string msg = "checkpoint " + dir + " does not match its config.json (" + std::to_string(rep.errors.size()) +
+                      " problems):";
+    for (size_t i = 0; i < rep.errors.size() && i < 20; ++i) msg += "\n  " + rep.errors[i];
+    if (rep.errors.size() > 20) msg += "\n  ...";
+    DIL_FAIL(msg);
+  }
+  if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
+  const std::string tok = (fs::path(dir) / "tokenizer.json").string();
+  if (!cfg.engram_layers.empty() && !fs::exists(tok))
+    DIL_FAIL("model folder ", dir, " has no tokenizer.json (V4.1's Engram hashes derive from it)");
+  return std::make_unique<V41Model>(std::move(cfg), std::move(st), be, opt, tok);
+}
+
+}  // namespace dil

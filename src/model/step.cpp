@@ -1,0 +1,81 @@
+#include "model/step.h"
+
+#include <algorithm>
+
+namespace dil {
+
+Tensor upload_i32(const std::vector<int32_t>& v, Backend& be, std::vector<Buffer>* storage) {
+  size_t n = std::max<size_t>(v.size(), 1);
+  Buffer b = be.alloc(n * 4);
+  Tensor t(b.data(), DType::I32, {int64_t(v.size())}, be.device());
+  if (!v.empty()) be.upload(t, v.data());
+  storage->push_back(std::move(b));
+  return t;
+}
+
+StepPlan plan_step(const StepBatch& batch, int block_tokens, Backend& be) {
+  StepPlan p;
+  StepMeta& m = p.meta;
+  m.n_seqs = int(batch.seqs.size());
+  m.block_tokens = block_tokens;
+  int q = 0;
+  for (const auto& s : batch.seqs) m.max_blocks = std::max(m.max_blocks, int(s.blocks.size()));
+  m.max_blocks = std::max(m.max_blocks, 1);
+  m.h_block_table.assign(size_t(m.n_seqs) * size_t(m.max_blocks), -1);
+  for (int i = 0; i < m.n_seqs; ++i) {
+    const SeqChunk& s = batch.seqs[size_t(i)];
+    DIL_CHECK(s.n_tokens > 0 && s.start_pos >= 0, "empty chunk or negative position");
+    int need = (s.start_pos + s.n_tokens + block_tokens - 1) / block_tokens;
+    DIL_CHECK(int(s.blocks.size()) >= need, "sequence needs ", need, " blocks, has ", s.blocks.size());
+    m.h_q_start.push_back(q);
+    m.h_len.push_back(s.n_tokens);
+    m.h_start_pos.push_back(s.start_pos);
+    m.h_slot.push_back(s.slot);
+    for (int t = 0; t < s.n_tokens; ++t) {
+      m.h_tok_pos.push_back(s.start_pos + t);
+      m.h_tok_seq.push_back(i);
+    }
+    std::copy(s.blocks.begin(), s.blocks.end(), m.h_block_table.begin() + ptrdiff_t(i) * m.max_blocks);
+    q += s.n_tokens;
+  }
+  m.n_tokens = q;
+  DIL_CHECK(size_t(q) == batch.tokens.size(), "tokens (", batch.tokens.size(), ") != sum of chunk lengths (", q, ")");
+  auto* st = &p.storage;
+  m.q_start = upload_i32(m.h_q_start, be, st);
+  m.len = upload_i32(m.h_len, be, st);
+  m.start_pos = upload_i32(m.h_start_pos, be, st);
+  m.slot = upload_i32(m.h_slot, be, st);
+  m.tok_pos = upload_i32(m.h_tok_pos, be, st);
+  m.tok_seq = upload_i32(m.h_tok_seq, be, st);
+  m.block_table = upload_i32(m.h_block_table, be, st).view({m.n_seqs, m.max_blocks});
+  p.ids = upload_i32(batch.tokens, be, st);
+  return p;
+}
+
+EmitPlan plan_emits(const StepMeta& m, int ratio, Backend& be, std::vector<Buffer>* storage) {
+  EmitPlan e;
+  for (int s = 0; s < m.n_seqs; ++s) {
+    int begin = m.h_start_pos[size_t(s)], end = begin + m.h_len[size_t(s)];
+    // windows w with begin <= (w+1)*ratio - 1 < end
+    for (int w = begin / ratio; (w + 1) * ratio <= end; ++w) {
+      if ((w + 1) * ratio - 1 < begin) continue;
+      e.h_seq.push_back(s);
+      e.h_row.push_back(w);
+      e.h_pos.push_back(w * ratio);
+    }
+  }
+  e.n = int(e.h_seq.size());
+  e.seq = upload_i32(e.h_seq, be, storage);
+  e.row = upload_i32(e.h_row, be, storage);
+  e.pos = upload_i32(e.h_pos, be, storage);
+  return e;
+}
+
+std::vector<int32_t> fresh_slots(const StepMeta& m) {
+  std::vector<int32_t> r;
+  for (int s = 0; s < m.n_seqs; ++s)
+    if (m.h_start_pos[size_t(s)] == 0) r.push_back(m.h_slot[size_t(s)]);
+  return r;
+}
+
+}  // namespace dil

@@ -1,0 +1,363 @@
+#include "model/v4_model.h"
+
+#include <cmath>
+
+#include "model/rope.h"
+#include "model/step.h"
+
+namespace dil {
+
+V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt)
+    : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), official_(opt.numerics == Numerics::Official),
+      binder_(*st_, be, cfg_) {
+  embed_ = binder_.matrix("embed");
+  head_ = binder_.matrix("head");
+  norm_ = binder_.tensor("norm.weight");
+  hc_head_ = {binder_.tensor("hc_head_fn"), binder_.tensor("hc_head_base"), binder_.tensor("hc_head_scale")};
+  // Two RoPE tables: plain (ratio-0 layers) and compressed (compress_rope_theta + YaRN).
+  RopeTable tables[2];
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float> f = rope_inv_freq(cfg_, k == 1);
+    Buffer b = be_.alloc(f.size() * 4);
+    tables[k].inv_freq = Tensor(b.data(), DType::F32, {int64_t(f.size())}, be_.device());
+    tables[k].rope_dims = cfg_.rope_dims;
+    be_.upload(tables[k].inv_freq, f.data());
+    rope_bufs_.push_back(std::move(b));
+  }
+  std::vector<int> ids = opt.layers;
+  if (ids.empty())
+    for (int L = 0; L < cfg_.n_layers; ++L) ids.push_back(L);
+  layers_.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Layer& l = layers_[i];
+    const int L = ids[i];
+    l.id = L;
+    bind_block(l, "layers." + std::to_string(L) + ".", cfg_.ratio(L), cfg_.is_hash_layer(L));
+    l.rope = tables[l.ratio > 0 ? 1 : 0];
+  }
+}
+
+void V4Model::bind_block(Layer& l, const std::string& p, int ratio, bool hash) {
+  WeightBinder& b = binder_;
+  l.ratio = ratio;
+  l.attn_norm = b.tensor(p + "attn_norm.weight");
+  l.ffn_norm = b.tensor(p + "ffn_norm.weight");
+  l.hc_attn = {b.tensor(p + "hc_attn_fn"), b.tensor(p + "hc_attn_base"), b.tensor(p + "hc_attn_scale")};
+  l.hc_ffn = {b.tensor(p + "hc_ffn_fn"), b.tensor(p + "hc_ffn_base"), b.tensor(p + "hc_ffn_scale")};
+  l.wq_a = b.matrix(p + "attn.wq_a");
+  l.q_norm = b.tensor(p + "attn.q_norm.weight");
+  l.wq_b = b.matrix(p + "attn.wq_b");
+  l.wkv = b.matrix(p + "attn.wkv");
+  l.kv_norm = b.tensor(p + "attn.kv_norm.weight");
+  l.wo_a = b.matrix(p + "attn.wo_a");
+  l.wo_b = b.matrix(p + "attn.wo_b");
+  l.sink = b.tensor(p + "attn.attn_sink");
+  if (ratio > 0) {
+    auto bind_comp = [&](Compressor& c, const std::string& q, int dc) {
+      c.wkv = b.matrix(q + "wkv");
+      c.wgate = b.matrix(q + "wgate");
+      c.ape = b.tensor(q + "ape");
+      c.norm = b.tensor(q + "norm.weight");
+      c.dc = dc;
+      c.overlap = ratio == 4;
+    };
+    bind_comp(l.comp, p + "attn.compressor.", cfg_.head_dim);
+    if (ratio == 4) {
+      bind_comp(l.icomp, p + "attn.indexer.compressor.", cfg_.index_head_dim);
+      l.iwq_b = b.matrix(p + "attn.indexer.wq_b");
+      l.iweights = b.matrix(p + "attn.indexer.weights_proj");
+    }
+  }
+  l.gate = b.matrix(p + "ffn.gate");
+  if (hash) l.tid2eid = b.table_i32(p + "ffn.gate.tid2eid");
+  else l.gate_bias = b.tensor(p + "ffn.gate.bias");
+  for (int e = 0; e < cfg_.n_routed; ++e) {
+    std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+    l.w1.push_back(b.matrix(ep + "w1"));
+    l.w2.push_back(b.matrix(ep + "w2"));
+    l.w3.push_back(b.matrix(ep + "w3"));
+  }
+  l.sw1 = b.matrix(p + "ffn.shared_experts.w1");
+  l.sw2 = b.matrix(p + "ffn.shared_experts.w2");
+  l.sw3 = b.matrix(p + "ffn.shared_experts.w3");
+}
+
+// Byte counts of the f32 cache layout this model allocates (see allocate_cache).
+CacheSpec V4Model::cache_spec(int block_tokens) const {
+  CacheSpec cs;
+  cs.block_tokens = block_tokens;
+  const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
+  for (const Layer& l : layers_) {
+    cs.bytes_per_slot += W * hd * 4;
+    if (l.ratio == 0) continue;
+    size_t m = size_t(l.ratio);
+    cs.bytes_per_block += size_t(block_tokens) / m * hd * 4;
+    cs.bytes_per_slot += 2 * (l.comp.overlap ? 2 * m * 2 * hd : m * hd) * 4;
+    if (l.ratio == 4) {
+      cs.bytes_per_block += size_t(block_tokens) / 4 * di * 4;
+      cs.bytes_per_slot += 2 * (2 * m * 2 * di) * 4;
+    }
+  }
+  return cs;
+}
+
+void V4Model::allocate_cache(int n_blocks, int n_slots, int block_tokens) {
+  DIL_CHECK(block_tokens % 128 == 0, "block_tokens must be a multiple of 128");
+  cache_ = {n_blocks, n_slots, block_tokens};
+  const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
+  for (Layer& l : layers_) {
+    l.ring = be_.alloc(size_t(n_slots) * W * hd * 4);
+    if (l.ratio == 0) continue;
+    size_t m = size_t(l.ratio);
+    l.comp_rows = be_.alloc(size_t(n_blocks) * (size_t(block_tokens) / m) * hd * 4);
+    size_t cs = size_t(n_slots) * (l.comp.overlap ? 2 * m * 2 * hd : m * hd) * 4;
+    l.cstate_kv = be_.alloc(cs);
+    l.cstate_score = be_.alloc(cs);
+    if (l.ratio == 4) {
+      l.idx_rows = be_.alloc(size_t(n_blocks) * (size_t(block_tokens) / 4) * di * 4);
+      size_t is = size_t(n_slots) * 2 * m * 2 * di * 4;
+      l.istate_kv = be_.alloc(is);
+      l.istate_score = be_.alloc(is);
+    }
+  }
+}
+
+void V4Model::hc_pre(const Tensor& X, const Hc& hc, Tensor u, Tensor post, Tensor comb, Scratch& s) {
+  const int64_t T = X.size(0), n = cfg_.hc_mult;
+  Tensor pre = s.f32({T, n});
+  HcArgs a{hc.fn, hc.base, hc.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
+  be_.hc_mix(X, a, pre, post, comb);
+  be_.hc_collapse(X, pre, u);
+}
+
+void V4Model::compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Buffer& sscore, Buffer& rows_cache,
+                       int dc, bool indexer, const StepMeta& m, Scratch& s) {
+  const int64_t T = x.size(0);
+  const int ratio = l.ratio, coff = c.overlap ? 2 : 1, srows = coff * ratio;
+  const int rpb = cache_.block_tokens / ratio;
+  Tensor st_kv = skv.as(DType::F32, {cache_.n_slots, srows, coff * dc});
+  Tensor st_sc = sscore.as(DType::F32, {cache_.n_slots, srows, coff * dc});
+  std::vector<int32_t> fresh = fresh_slots(m);
+  if (!fresh.empty()) be_.reset_state(st_kv, st_sc, fresh);
+  EmitPlan plan = plan_emits(m, ratio, be_, s.storage());
+  Tensor a = s.f32({T, coff * dc}), g = s.f32({T, coff * dc});
+  be_.linear(x, c.wkv, 0, a);
+  be_.linear(x, c.wgate, 0, g);
+  Tensor pooled = s.f32({plan.n, dc});
+  CompressorArgs ca;
+  ca.a = a; ca.g = g; ca.ape = c.ape; ca.state_kv = st_kv; ca.state_score = st_sc;
+  ca.ratio = ratio; ca.overlap = c.overlap; ca.dc = dc; ca.out = pooled;
+  be_.compressor(ca, plan, m);
+  if (plan.n == 0) return;
+  Tensor rn = s.f32({plan.n, dc});
+  be_.rms_norm(pooled, c.norm, cfg_.norm_eps, rn);
+  // RoPE at the window's first position w*m (model-spec §3.6).
+  be_.rope(rn.view({plan.n, 1, dc}), plan.pos, l.rope, false);
+  if (official_) {
+    if (indexer) {
+      be_.hadamard(rn);
+      be_.fp4_qdq(rn, 32, false);
+    } else {
+      be_.fp8_qdq(rn, dc - cfg_.rope_dims, 64);
+    }
+  }
+  Tensor cache = rows_cache.as(DType::F32, {cache_.n_blocks, rpb, dc});
+  be_.paged_write(rn, cache, rpb, plan, m);
+}
+
+Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s) {
+  const int64_t T = x.size(0), H = cfg_.n_heads, hd = cfg_.head_dim, D = cfg_.dim, G = cfg_.o_groups;
+  const int ab = act_block(), rd = cfg_.rope_dims;
+  auto proj = std::make_unique<ProfileScope>(prof_, "projections");
+  // Query path: q_norm(wq_a x) also feeds the indexer.
+  Tensor qa = s.f32({T, cfg_.q_lora_rank}), qr = s.f32({T, cfg_.q_lora_rank});
+  be_.linear(x, l.wq_a, ab, qa);
+  be_.rms_norm(qa, l.q_norm, cfg_.norm_eps, qr);
+  Tensor q0 = s.f32({T, H, hd}), q = s.f32({T, H, hd});
+  be_.linear(qr, l.wq_b, ab, q0.view({T, H * hd}));
+  be_.rms_norm(q0.view({T * H, hd}), Tensor(), cfg_.norm_eps, q.view({T * H, hd}));  // per-head, unweighted (V4)
+  be_.rope(q, m.tok_pos, l.rope, false);
+  // Window KV row of every token: kv_norm(wkv x), RoPE, FP8 round trip of the nope dims.
+  Tensor kv0 = s.f32({T, hd}), kv = s.f32({T, hd});
+  be_.linear(x, l.wkv, ab, kv0);
+  be_.rms_norm(kv0, l.kv_norm, cfg_.norm_eps, kv);
+  be_.rope(kv.view({T, 1, hd}), m.tok_pos, l.rope, false);
+  if (official_) be_.fp8_qdq(kv, int(hd) - rd, 64);
+
+  proj.reset();
+  AttnArgs a;
+  a.q = q;
+  a.kv_new = kv;
+  a.ring = l.ring.as(DType::F32, {cache_.n_slots, cfg_.window, hd});
+  a.sink = l.sink;
+  a.scale = float(1.0 / std::sqrt(double(hd)));
+  a.window = cfg_.window;
+  if (l.ratio > 0) {
+    {
+      ProfileScope ps(prof_, "compressors");
+      compress(l, l.comp, x, l.cstate_kv, l.cstate_score, l.comp_rows, int(hd), false, m, s);
+    }
+    a.comp_ratio = l.ratio;
+    a.rows_per_block = cache_.block_tokens / l.ratio;
+    a.comp = l.comp_rows.as(DType::F32, {cache_.n_blocks, a.rows_per_block, hd});
+    if (l.ratio == 4) {
+      // Lightning indexer (model-spec §3.7).
+      const int64_t Hi = cfg_.index_heads, di = cfg_.index_head_dim;
+      {
+        ProfileScope ps(prof_, "compressors");
+        compress(l, l.icomp, x, l.istate_kv, l.istate_score, l.idx_rows, int(di), true, m, s);
+      }
+      ProfileScope ps(prof_, "indexer");
+      Tensor qi = s.f32({T, Hi, di});
+      be_.linear(qr, l.iwq_b, ab, qi.view({T, Hi * di}));
+      be_.rope(qi, m.tok_pos, l.rope, false);
+      if (official_) {
+        be_.hadamard(qi.view({T * Hi, di}));
+        be_.fp4_qdq(qi.view({T * Hi, di}), 32, false);
+      }
+      // The official weights are scaled by di^-0.5 * Hi^-0.5; a positive constant factor does
+      // not change the top-k selection, which is all the scores are used for, so it is omitted.
+      Tensor w = s.f32({T, Hi});
+      be_.linear(x, l.iweights, 0, w);
+      Tensor idx = s.i32({T, cfg_.index_topk});
+      IndexerArgs ia;
+      ia.q = qi; ia.w = w; ia.ratio = 4; ia.rows_per_block = cache_.block_tokens / 4;
+      ia.keys = l.idx_rows.as(DType::F32, {cache_.n_blocks, ia.rows_per_block, di});
+      ia.topk = cfg_.index_topk; ia.out_idx = idx;
+      be_.indexer_topk(ia, m);
+      a.comp_idx = idx;
+    }
+  }
+  Tensor o = s.f32({T, H, hd});
+  a.out = o;
+  {
+    ProfileScope ps(prof_, "attention core");
+    be_.sparse_attention(a, m);
+    be_.ring_write(kv, a.ring, m);
+  }
+  ProfileScope ps(prof_, "projections");
+  be_.rope(o, m.tok_pos, l.rope, true);  // de-rotate the output's rope dims at the query position
+  Tensor z = s.f32({T, G, cfg_.o_lora_rank});
+  be_.grouped_linear(o.view({T, G, H * hd / G}), l.wo_a, int(G), z);  // wo_a: dequantized, no act quant
+  Tensor y = s.f32({T, D});
+  be_.linear(z.view({T, G * cfg_.o_lora_rank}), l.wo_b, ab, y);
+  return y;
+}
+
+Tensor V4Model::moe(Layer& l, const Tensor& x, const Tensor& ids, Scratch& s) {
+  const int64_t T = x.size(0), D = cfg_.dim, I = cfg_.moe_inter, E = cfg_.n_routed, k = cfg_.topk;
+  const int ab = act_block();
+  auto gate = std::make_unique<ProfileScope>(prof_, "moe gate");
+  Tensor logits = s.f32({T, E});
+  be_.linear(x, l.gate, 0, logits);
+  MoeRouteArgs r;
+  r.logits = logits; r.bias = l.gate_bias; r.tid2eid = l.tid2eid; r.ids = ids;
+  r.topk = int(k); r.route_scale = cfg_.route_scale; r.norm_eps = 0.0f;  // V4: no eps (M4)
+  r.out_w = s.f32({T, k});
+  r.out_idx = s.i32({T, k});
+  be_.moe_route(r);
+  gate.reset();
+  auto experts = std::make_unique<ProfileScope>(prof_, "moe experts");
+  Tensor out = s.f32({T, D});
+  MoeExpertsArgs e;
+  e.x = x; e.w1 = &l.w1; e.w2 = &l.w2; e.w3 = &l.w3; e.route_w = r.out_w; e.route_idx = r.out_idx;
+  e.act_block = ab; e.swiglu_limit = cfg_.swiglu_limit; e.out = out;
+  be_.moe_experts(e);
+  experts.reset();
+  ProfileScope ps(prof_, "moe shared");
+  Tensor g = s.f32({T, I}), u = s.f32({T, I}), h = s.f32({T, I}), sh = s.f32({T, D});
+  be_.linear(x, l.sw1, ab, g);
+  be_.linear(x, l.sw3, ab, u);
+  be_.swiglu(g, u, Tensor(), cfg_.swiglu_limit, h);
+  be_.linear(h, l.sw2, ab, sh);
+  be_.add(out, sh, out);
+  return out;
+}
+
+void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
+  DIL_CHECK(cache_.n_slots > 0, "allocate_cache before forward");
+  Scratch step(be_);
+  StepPlan p = plan_step(batch, cache_.block_tokens, be_);
+  const StepMeta& m = p.meta;
+  const int64_t T = m.n_tokens, D = cfg_.dim, n = cfg_.hc_mult;
+  for (int s = 0; s < m.n_seqs; ++s)
+    DIL_CHECK(m.h_slot[size_t(s)] >= 0 && m.h_slot[size_t(s)] < cache_.n_slots, "slot out of range");
+
+  auto other = std::make_unique<ProfileScope>(prof_, "embed+head");
+  Tensor e = step.f32({T, D});
+  be_.embed(embed_, p.ids, e);
+  Tensor X = step.f32({T, n, D}), X2 = step.f32({T, n, D});
+  be_.hc_expand(e, int(n), X);
+  other.reset();
+  for (Layer& l : layers_) {
+    ProfileScope layer_scope(prof_, l.ratio == 0 ? "layer:SWA" : l.ratio == 4 ? "layer:CSA" : "layer:HCA");
+    Scratch s(be_);  // this layer's temporaries
+    Tensor u = s.f32({T, D}), xn = s.f32({T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
+    auto mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
+    hc_pre(X, l.hc_attn, u, post, comb, s);
+    be_.rms_norm(u, l.attn_norm, cfg_.norm_eps, xn);
+    mhc.reset();
+    Tensor f = attention(l, xn, m, s);
+    mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
+    be_.hc_post(f, X, post, comb, X2);
+    std::swap(X, X2);
+    hc_pre(X, l.hc_ffn, u, post, comb, s);
+    be_.rms_norm(u, l.ffn_norm, cfg_.norm_eps, xn);
+    mhc.reset();
+    f = moe(l, xn, p.ids, s);
+    mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
+    be_.hc_post(f, X, post, comb, X2);
+    std::swap(X, X2);
+  }
+
+  ProfileScope head_scope(prof_, "embed+head");
+  // Rows that need logits.
+  std::vector<int64_t> rows;
+  for (int s = 0; s < m.n_seqs; ++s) {
+    const SeqChunk& c = batch.seqs[size_t(s)];
+    int q0 = m.h_q_start[size_t(s)];
+    if (c.all_logits)
+      for (int t = 0; t < c.n_tokens; ++t) rows.push_back(q0 + t);
+    else if (c.want_logits)
+      rows.push_back(q0 + c.n_tokens - 1);
+  }
+  const int64_t R = int64_t(rows.size());
+  logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
+  if (R == 0) return;
+  Tensor Xh = step.f32({R, n, D});
+  for (int64_t i = 0; i < R; ++i) be_.copy(Xh.rows(i, i + 1), X.rows(rows[size_t(i)], rows[size_t(i)] + 1));
+  Tensor pre = step.f32({R, n}), post = step.f32({R, n}), comb = step.f32({R, n, n});
+  HcArgs ha{hc_head_.fn, hc_head_.base, hc_head_.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
+  be_.hc_mix(Xh, ha, pre, post, comb);
+  Tensor h = step.f32({R, D}), hn = step.f32({R, D}), lg = step.f32({R, cfg_.vocab_size});
+  be_.hc_collapse(Xh, pre, h);
+  be_.rms_norm(h, norm_, cfg_.norm_eps, hn);
+  be_.linear(hn, head_, 0, lg);
+  be_.download(logits->data(), lg);
+}
+
+}  // namespace dil
+
+namespace dil {
+
+// Random contents for every cache buffer: a synthesized long context for the benchmarks.
+// Compressor scores stay finite so that a partially filled window pools real numbers.
+void V4Model::randomize_cache(uint64_t seed) {
+  std::vector<float> host;
+  auto fill = [&](Buffer& b) {
+    if (!b.data()) return;
+    size_t n = b.bytes() / 4;
+    host.resize(n);
+    uint64_t s = seed++;
+    for (size_t i = 0; i < n; ++i) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      host[i] = float(int64_t(s >> 40) - (1ll << 23)) / float(1 << 23);  // uniform [-1, 1)
+    }
+    be_.upload(Tensor(b.data(), DType::F32, {int64_t(n)}, be_.device()), host.data());
+  };
+  for (Layer& l : layers_)
+    for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows, &l.cstate_kv, &l.cstate_score, &l.istate_kv, &l.istate_score})
+      fill(*b);
+}
+
+}  // namespace dil

@@ -1,0 +1,70 @@
+// DeepSeek-V4 (V4-Flash, V4-Pro) forward, written once against Backend& (model-spec §3).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "model/model.h"
+#include "model/scratch.h"
+#include "model/weights.h"
+
+namespace dil {
+
+class V4Model : public Model {
+ public:
+  V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt);
+  const ModelConfig& config() const override { return cfg_; }
+  CacheSpec cache_spec(int block_tokens) const override;
+  void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;
+  void forward(const StepBatch& batch, std::vector<float>* logits) override;
+  void randomize_cache(uint64_t seed) override;
+
+ private:
+  struct Hc { Tensor fn, base, scale; };
+  struct Compressor {
+    Weight wkv, wgate;
+    Tensor ape, norm;
+    int dc = 0;
+    bool overlap = false;
+  };
+  struct Layer {
+    int id = 0;
+    int ratio = 0;
+    Tensor attn_norm, ffn_norm, q_norm, kv_norm, sink;
+    Hc hc_attn, hc_ffn;
+    Weight wq_a, wq_b, wkv, wo_a, wo_b;
+    Compressor comp, icomp;       // main compressor; indexer compressor (ratio 4)
+    Weight iwq_b, iweights;        // indexer
+    Weight gate;
+    Tensor gate_bias, tid2eid;
+    std::vector<Weight> w1, w2, w3;
+    Weight sw1, sw2, sw3;
+    RopeTable rope;
+    // cache
+    Buffer ring, comp_rows, idx_rows, cstate_kv, cstate_score, istate_kv, istate_score;
+  };
+  struct Cache { int n_blocks = 0, n_slots = 0, block_tokens = 0; };
+
+  void bind_block(Layer& l, const std::string& prefix, int ratio, bool hash);
+  Tensor attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s);
+  void compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Buffer& sscore, Buffer& rows, int rows_dim,
+                bool indexer, const StepMeta& m, Scratch& s);
+  Tensor moe(Layer& l, const Tensor& x, const Tensor& ids, Scratch& s);
+  void hc_pre(const Tensor& X, const Hc& hc, Tensor u, Tensor post, Tensor comb, Scratch& s);
+
+  int act_block() const { return official_ ? cfg_.act_block : 0; }
+
+  ModelConfig cfg_;
+  std::unique_ptr<SafeTensors> st_;
+  Backend& be_;
+  bool official_;
+  WeightBinder binder_;
+  Weight embed_, head_;
+  Tensor norm_;
+  Hc hc_head_;
+  std::vector<Layer> layers_;
+  std::vector<Buffer> rope_bufs_;
+  Cache cache_;
+};
+
+}  // namespace dil

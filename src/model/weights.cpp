@@ -1,0 +1,50 @@
+#include "model/weights.h"
+
+namespace dil {
+
+Weight WeightBinder::matrix(const std::string& name) {
+  const StEntry& e = st_.at(name + ".weight");
+  DIL_CHECK(e.shape.size() == 2, name, ": a matrix must be 2-d");
+  Weight w;
+  w.out = e.shape[0];
+  w.w = e.tensor();
+  switch (e.dtype) {
+    case DType::F8E4M3:
+      w.kind = Weight::Kind::FP8;
+      w.in = e.shape[1];
+      w.block_out = w.block_in = cfg_.weight_block;
+      w.scale = st_.at(name + ".scale").tensor();
+      break;
+    case DType::I8:
+      w.kind = Weight::Kind::FP4;
+      w.in = e.shape[1] * 2;
+      w.block_out = 1;
+      w.block_in = 32;
+      w.scale = st_.at(name + ".scale").tensor();
+      break;
+    case DType::BF16: w.kind = Weight::Kind::BF16; w.in = e.shape[1]; break;
+    case DType::F32: w.kind = Weight::Kind::F32; w.in = e.shape[1]; break;
+    default: DIL_FAIL("tensor ", name, ".weight in ", e.file, ": unsupported dtype ", dtype_name(e.dtype));
+  }
+  return be_.adopt_weight(w);
+}
+
+Tensor WeightBinder::tensor(const std::string& name) { return be_.adopt_tensor(st_.at(name).tensor()); }
+
+Tensor WeightBinder::table_i32(const std::string& name) {
+  const StEntry& e = st_.at(name);
+  DIL_CHECK(e.dtype == DType::I64 && e.shape.size() == 2, name, ": expected a 2-d I64 table");
+  Buffer b = host_alloc(size_t(e.numel()) * 4);
+  const int64_t* src = reinterpret_cast<const int64_t*>(e.data);
+  int32_t* dst = static_cast<int32_t*>(b.data());
+  for (int64_t i = 0; i < e.numel(); ++i) {
+    if (src[i] < 0 || src[i] >= cfg_.n_routed)
+      DIL_FAIL("tensor ", name, " in ", e.file, ": expert id ", src[i], " out of range [0, ", cfg_.n_routed, ")");
+    dst[i] = int32_t(src[i]);
+  }
+  Tensor t(b.data(), DType::I32, {e.shape[0], e.shape[1]});
+  owned_.push_back(std::move(b));
+  return be_.adopt_tensor(t);
+}
+
+}  // namespace dil

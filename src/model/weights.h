@@ -1,0 +1,32 @@
+// Binding checkpoint tensors (already validated against the schema) to Weight/Tensor handles
+// in a backend's memory.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/safetensors.h"
+#include "model/config.h"
+
+namespace dil {
+
+class WeightBinder {
+ public:
+  WeightBinder(const SafeTensors& st, Backend& be, const ModelConfig& cfg) : st_(st), be_(be), cfg_(cfg) {}
+  // A matrix: FP8 (+ `.scale`, square blocks of cfg.weight_block), FP4 (I8 + `.scale`, 1x32),
+  // BF16 or F32. `name` is the prefix without ".weight".
+  Weight matrix(const std::string& name);
+  // Any other tensor as stored (norm weights, mHC params, sinks, biases, ape).
+  Tensor tensor(const std::string& name);
+  // An I64 table converted to I32 (tid2eid), owned by this binder.
+  Tensor table_i32(const std::string& name);
+  bool has(const std::string& name) const { return st_.find(name) != nullptr; }
+
+ private:
+  const SafeTensors& st_;
+  Backend& be_;
+  const ModelConfig& cfg_;
+  std::vector<Buffer> owned_;
+};
+
+}  // namespace dil
