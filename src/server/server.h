@@ -20,7 +20,7 @@ struct ServerOptions {
   std::string model_name;          // the id clients send as "model"
   std::string model_dir;           // shown as "root" in /v1/models
   size_t max_body_bytes = 4u << 20;  // larger bodies -> 413
-  int threads = 1024;              // connection threads (>= concurrent streams)
+  int threads = 512;               // connection threads (>= concurrent streams + idle keep-alives)
   int64_t max_concurrent = 0;      // generations held at once; 0 = no limit
   bool reject_overload = true;     // over max_concurrent: 429 (true) or queue in the engine (false)
   double health_stall_s = 60.0;    // /health says 503 when queued work sees no step this long
