@@ -2,7 +2,9 @@
 // work on ctx.stream and never wait for the device. Semantics: backend/backend.h and the CPU
 // reference (src/kernels/cpu), which these must equal.
 #pragma once
+#include <map>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -57,6 +59,9 @@ void fp4_qdq(Ctx& c, Tensor x, int block, bool e4m3_scale);
 void hadamard(Ctx& c, Tensor x);
 void swiglu(Ctx& c, const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out);
 void reset_state(Ctx& c, Tensor kv, Tensor score, const std::vector<int32_t>& slots);
+
+// ceilings.cu: cuBLASLt BF16 / FP8 GEMM TFLOP/s and device copy GB/s (read + write), measured now.
+std::map<std::string, double> measure_ceilings(cublasLtHandle_t lt, cudaStream_t stream);
 
 // gemm.cu. out[m, :] = W . x[m, :] over `groups` independent groups (grouped_linear).
 void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out);
