@@ -21,8 +21,8 @@ __device__ __forceinline__ float sqrt_softplus(float l) {
   return float(sqrt(x > 20.0 ? x : log1p(exp(x))));
 }
 
-// One warp per token.
-// Image-span tokens (image_mask[t] != 0, V4.1) select with bias_vl instead of bias.
+// One warp per token. Image-span tokens (image_mask[t] != 0, V4.1) select with bias_vl
+// instead of bias.
 __global__ void moe_route_kernel(const float* logits, const float* bias_text, const float* bias_vl,
                                  const int32_t* image_mask, const int32_t* tid2eid, const int32_t* ids,
                                  int T, int E, int k, float route_scale, float norm_eps, float* out_w,
