@@ -56,16 +56,59 @@ __device__ __forceinline__ uint64_t topk_key(float v, int r) {
   return (uint64_t(o) << 32) | uint64_t(0xffffffffu - uint32_t(r));
 }
 
-__global__ void __launch_bounds__(kTopkThreads) idx_topk_kernel(const float* scores, int n_max, const int32_t* tok_pos,
-                                                                int ratio, int topk, bool ascending, int32_t* out) {
+// Block-max scores of the V4.1 candidate source (model-spec §4.3), one thread per (token,
+// block): B_b = max of the block's visible rows' scores (the CPU's std::max order), the
+// newest visible block +inf. bscores [T, nb_max].
+__global__ void idx_block_score_kernel(const float* scores, int n_max, const int32_t* tok_pos, int ratio, int cb,
+                                       int nb_max, float* bscores) {
+  int t = blockIdx.y, b = blockIdx.x * blockDim.x + threadIdx.x;
+  int n_vis = (tok_pos[t] + 1) / ratio;
+  int nb = (n_vis + cb - 1) / cb;
+  if (b >= nb) return;
+  const float* sc = scores + int64_t(t) * n_max;
+  float m = -INFINITY;
+  for (int r = b * cb; r < min(n_vis, (b + 1) * cb); ++r) m = (m < sc[r]) ? sc[r] : m;
+  bscores[int64_t(t) * nb_max + b] = (b == nb - 1) ? INFINITY : m;
+}
+
+// Reindex restriction: selectable[t, r] = 1 for the visible rows of token t's candidate blocks
+// (cand_in [T, cand_topk], -1 entries skipped). selectable [T, n_max] u8, zeroed beforehand.
+__global__ void idx_restrict_kernel(const int32_t* cand_in, int cand_topk, int cb, const int32_t* tok_pos,
+                                    int ratio, int n_max, uint8_t* selectable) {
+  int t = blockIdx.x;
+  int n_vis = (tok_pos[t] + 1) / ratio;
+  for (int i = threadIdx.x; i < cand_topk; i += blockDim.x) {
+    int b = cand_in[int64_t(t) * cand_topk + i];
+    if (b < 0) continue;
+    for (int r = b * cb; r < min(n_vis, (b + 1) * cb); ++r) selectable[int64_t(t) * n_max + r] = 1;
+  }
+}
+
+// Token t ranks n = ceil(((pos+1)/ratio) / div) entries of its scores row (div 1: rows,
+// div cand_block: candidate blocks). With `selectable`, only rows marked there compete;
+// the others get key 0, below every real key (whose low word 0xffffffff - r is >= 1).
+__global__ void __launch_bounds__(kTopkThreads) idx_topk_kernel(const float* scores, int n_max,
+                                                                const uint8_t* selectable, const int32_t* tok_pos,
+                                                                int ratio, int div, int topk, bool ascending,
+                                                                int32_t* out) {
   __shared__ unsigned hist[256];
   __shared__ uint64_t sel[kMaxTopk];
   __shared__ uint64_t prefix_s, mask_s;
-  __shared__ int need_s, count_s;
+  __shared__ int need_s, count_s, valid_s;
   int t = blockIdx.x;
-  int n = (tok_pos[t] + 1) / ratio;
-  int kk = min(topk, n);
+  int n = ((tok_pos[t] + 1) / ratio + div - 1) / div;
   const float* sc = scores + int64_t(t) * n_max;
+  const uint8_t* ok = selectable ? selectable + int64_t(t) * n_max : nullptr;
+  auto key_of = [&](int r) -> uint64_t { return (ok && !ok[r]) ? uint64_t(0) : topk_key(sc[r], r); };
+  if (threadIdx.x == 0) valid_s = 0;
+  __syncthreads();
+  if (ok) {
+    int cnt = 0;
+    for (int r = threadIdx.x; r < n; r += blockDim.x) cnt += ok[r] ? 1 : 0;
+    atomicAdd(&valid_s, cnt);
+  }
+  __syncthreads();
+  int kk = min(topk, ok ? valid_s : n);
   if (threadIdx.x == 0) {
     prefix_s = 0;
     mask_s = 0;
@@ -79,7 +122,7 @@ __global__ void __launch_bounds__(kTopkThreads) idx_topk_kernel(const float* sco
       __syncthreads();
       uint64_t prefix = prefix_s, mask = mask_s;
       for (int r = threadIdx.x; r < n; r += blockDim.x) {
-        uint64_t k = topk_key(sc[r], r);
+        uint64_t k = key_of(r);
         if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1u);
       }
       __syncthreads();
@@ -98,10 +141,11 @@ __global__ void __launch_bounds__(kTopkThreads) idx_topk_kernel(const float* sco
       __syncthreads();
     }
   }
-  // Collect keys >= the k-th largest (all when kk == n).
-  uint64_t thr = (kk > 0 && kk < n) ? prefix_s : 0;
+  // Collect keys >= the k-th largest (every selectable row when kk == n). kk <= the number
+  // of selectable rows, so the k-th largest key is a real one (>= 1) and key-0 rows drop out.
+  uint64_t thr = (kk > 0 && kk < n) ? prefix_s : 1;
   for (int r = threadIdx.x; r < n && kk > 0; r += blockDim.x) {
-    uint64_t k = topk_key(sc[r], r);
+    uint64_t k = key_of(r);
     if (k >= thr) {
       int slot = atomicAdd(&count_s, 1);
       if (slot < kMaxTopk) sel[slot] = ascending ? uint64_t(r) : k;
@@ -164,8 +208,40 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m) {
   dim3 g1(unsigned(ceil_div(P.n_max, kScoreRows)), unsigned(T));
   idx_score_kernel<<<g1, kScoreRows, 0, c.stream>>>(P);
   DIL_LAUNCH_CHECK("idx_score_kernel");
-  idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(P.scores, P.n_max, P.tok_pos, a.ratio, a.topk,
-                                                             a.sort_ascending, a.out_idx.ptr<int32_t>());
+  const bool cands = !a.cand_out.empty() || !a.cand_in.empty();
+  if (cands) {
+    DIL_CHECK(a.cand_block > 0 && a.cand_topk > 0 && a.cand_topk <= kMaxTopk,
+              "indexer_topk: candidates need cand_block > 0 and 0 < cand_topk <= ", kMaxTopk);
+    const Tensor& ct = a.cand_out.empty() ? a.cand_in : a.cand_out;
+    DIL_CHECK(ct.dtype == DType::I32 && ct.numel() == int64_t(T) * a.cand_topk, "indexer_topk: candidates ",
+              ct.shape_str(), " for ", a.cand_topk);
+  }
+  // V4.1 candidate source: the top cand_topk blocks by block score, ascending, -1 padded.
+  Buffer bb;
+  if (!a.cand_out.empty()) {
+    const int cb = a.cand_block, nb_max = ceil_div(P.n_max, cb);
+    bb = c.scratch(size_t(T) * nb_max * 4);
+    float* bscores = static_cast<float*>(bb.data());  // [T, nb_max]
+    dim3 gb(unsigned(ceil_div(nb_max, 128)), unsigned(T));
+    idx_block_score_kernel<<<gb, 128, 0, c.stream>>>(P.scores, P.n_max, P.tok_pos, a.ratio, cb, nb_max, bscores);
+    DIL_LAUNCH_CHECK("idx_block_score_kernel");
+    idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(bscores, nb_max, nullptr, P.tok_pos, a.ratio, cb,
+                                                               a.cand_topk, true, a.cand_out.ptr<int32_t>());
+    DIL_LAUNCH_CHECK("idx_topk_kernel (candidates)");
+  }
+  // Reindex: only the rows of the cand_in blocks are selectable.
+  Buffer mb;
+  uint8_t* selectable = nullptr;  // [T, n_max] u8
+  if (!a.cand_in.empty()) {
+    mb = c.scratch(size_t(T) * P.n_max);
+    selectable = static_cast<uint8_t*>(mb.data());
+    DIL_CUDA(cudaMemsetAsync(selectable, 0, size_t(T) * P.n_max, c.stream));
+    idx_restrict_kernel<<<unsigned(T), 256, 0, c.stream>>>(a.cand_in.ptr<int32_t>(), a.cand_topk, a.cand_block,
+                                                           P.tok_pos, a.ratio, P.n_max, selectable);
+    DIL_LAUNCH_CHECK("idx_restrict_kernel");
+  }
+  idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(P.scores, P.n_max, selectable, P.tok_pos, a.ratio, 1,
+                                                             a.topk, a.sort_ascending, a.out_idx.ptr<int32_t>());
   DIL_LAUNCH_CHECK("idx_topk_kernel");
 }
 

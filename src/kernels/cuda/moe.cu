@@ -21,13 +21,16 @@ __device__ __forceinline__ float sqrt_softplus(float l) {
   return float(sqrt(x > 20.0 ? x : log1p(exp(x))));
 }
 
-// One warp per token.
-__global__ void moe_route_kernel(const float* logits, const float* bias, const int32_t* tid2eid, const int32_t* ids,
+// One warp per token. Image-span tokens (image_mask[t] != 0, V4.1) select with bias_vl
+// instead of bias.
+__global__ void moe_route_kernel(const float* logits, const float* bias_text, const float* bias_vl,
+                                 const int32_t* image_mask, const int32_t* tid2eid, const int32_t* ids,
                                  int T, int E, int k, float route_scale, float norm_eps, float* out_w,
                                  int32_t* out_idx) {
   int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
   if (t >= T) return;
+  const float* bias = (image_mask && image_mask[t] != 0) ? bias_vl : bias_text;
   const float* l = logits + int64_t(t) * E;
   int chosen[kMaxTopk];
   if (tid2eid) {
@@ -218,8 +221,15 @@ void moe_route(Ctx& c, const MoeRouteArgs& a) {
   if (T == 0) return;
   const bool hash = !a.tid2eid.empty();
   DIL_CHECK(!hash || a.tid2eid.dtype == DType::I32, "moe_route: tid2eid must be i32");
+  const bool vl = !hash && !a.image_mask.empty();  // hash layers ignore the bias (as the CPU)
+  if (vl) {
+    DIL_CHECK(a.image_mask.dtype == DType::I32 && a.bias_vl.dtype == DType::F32 && a.image_mask.numel() == T &&
+                  a.bias_vl.numel() == E,
+              "moe_route: image_mask ", a.image_mask.shape_str(), " bias_vl ", a.bias_vl.shape_str());
+  }
   moe_route_kernel<<<grid_for(int64_t(T) * 32, 128), 128, 0, c.stream>>>(
       a.logits.ptr<float>(), a.bias.empty() ? nullptr : a.bias.ptr<float>(),
+      vl ? a.bias_vl.ptr<float>() : nullptr, vl ? a.image_mask.ptr<int32_t>() : nullptr,
       hash ? a.tid2eid.ptr<int32_t>() : nullptr, hash ? a.ids.ptr<int32_t>() : nullptr, T, E, a.topk,
       a.route_scale, a.norm_eps, a.out_w.ptr<float>(), a.out_idx.ptr<int32_t>());
   DIL_LAUNCH_CHECK("moe_route_kernel");

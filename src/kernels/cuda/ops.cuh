@@ -93,4 +93,8 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m);
 void moe_route(Ctx& c, const MoeRouteArgs& a);
 void moe_experts(Ctx& c, const MoeExpertsArgs& a);
 
+// engram.cu (V4.1)
+void engram_mix(Ctx& c, const Tensor& X, const Tensor& kv, const Tensor& qk, const Tensor& mask, float eps,
+                Tensor out);
+
 }  // namespace dil::cuda
