@@ -222,7 +222,11 @@ void scan_complete_calls(const Tokens& t, const std::string& raw, std::vector<To
 }
 }  // namespace
 
-OutputParser::OutputParser(PromptFormat f, bool thinking) : s_(std::make_shared<State>()) {
+OutputParser::~OutputParser() = default;
+OutputParser::OutputParser(OutputParser&&) noexcept = default;
+OutputParser& OutputParser::operator=(OutputParser&&) noexcept = default;
+
+OutputParser::OutputParser(PromptFormat f, bool thinking) : s_(std::make_unique<State>()) {
   s_->f = f;
   s_->t = tokens_for(f);
   s_->phase = thinking ? State::kReasoning : State::kContent;

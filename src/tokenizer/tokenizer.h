@@ -98,13 +98,19 @@ struct ParserDelta {  // streaming deltas
 class OutputParser {
  public:
   OutputParser(PromptFormat f, bool thinking);  // thinking: the prompt ended with <think>
+  ~OutputParser();
+  OutputParser(OutputParser&&) noexcept;
+  OutputParser& operator=(OutputParser&&) noexcept;
+  // Text is expected in whole UTF-8 characters (what IncrementalDetokenizer emits). A
+  // completion cut off without EOS is finished by finish(); a malformed tool block is returned
+  // as content at finish() unless some of its calls were already emitted.
   ParserDelta push(std::string_view text);
   ParserDelta finish();           // end of generation
   ParsedMessage message() const;  // everything so far
 
  private:
   struct State;
-  std::shared_ptr<State> s_;
+  std::unique_ptr<State> s_;
 };
 
 // Whole-completion parse; dil::Error if malformed like the official parser.

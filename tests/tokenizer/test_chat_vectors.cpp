@@ -170,3 +170,28 @@ TEST(Parser, StreamingHoldsBackAPartialToolBlock) {
   EXPECT_TRUE(d.new_tool_calls.empty());
   EXPECT_EQ(p.message().tool_calls.size(), 1u);
 }
+
+TEST(Parser, TokenByTokenThroughTheDetokenizer) {
+  // The serving path: ids -> IncrementalDetokenizer -> OutputParser, at real token boundaries
+  // (the V3 vocabulary splits the DSML and think markers into several byte-level tokens).
+  auto tok = Tokenizer::load("tests/data/deepseek-v3-tokenizer/tokenizer.json");
+  for (const char* file : {"parser_v4.json", "parser_v41.json"}) {
+    Json d = load(file);
+    for (const auto& c : d["cases"]) {
+      if (c.contains("official_error")) continue;
+      const bool thinking = c["thinking_mode"] == "thinking";
+      IncrementalDetokenizer detok(*tok, false);
+      OutputParser p(fmt_of(d), thinking);
+      std::string content;
+      for (int32_t id : tok->encode(c["text"].get<std::string>())) {
+        ParserDelta delta = p.push(detok.push(id));
+        EXPECT_FALSE(has_markup(delta.content)) << c["text"];
+        content += delta.content;
+      }
+      content += p.push(detok.flush()).content;
+      content += p.finish().content;
+      EXPECT_EQ(as_json(p.message()), c["expected"]) << file << ": " << c["text"];
+      EXPECT_EQ(content, c["expected"]["content"].get<std::string>());
+    }
+  }
+}
