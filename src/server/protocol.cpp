@@ -244,7 +244,12 @@ Json normalize_messages(const Json& messages) {
     for (const char* r : kRoles) known |= role == r;
     if (!known) bad(p + ".role", "unknown role '" + role + "'");
     Json n = m;
-    if (m.contains("content")) n["content"] = content_text(m["content"], p + ".content");
+    // Content parts go to the encoder as sent (the official encoders join them their own
+    // way); here they are only checked to be text.
+    if (m.contains("content")) {
+      (void)content_text(m["content"], p + ".content");
+      if (m["content"].is_null()) n["content"] = "";  // assistant turns with only tool calls
+    }
     else if (role != "assistant") bad(p + ".content", p + " needs 'content'");
     else n["content"] = "";
     // Peers name the field `reasoning`; the encoder reads `reasoning_content`.
@@ -269,8 +274,7 @@ Json normalize_messages(const Json& messages) {
         const Json& args = tc["function"].contains("arguments") ? tc["function"]["arguments"] : Json();
         if (args.is_object()) n["tool_calls"][k]["function"]["arguments"] = args.dump();
         else if (!args.is_string()) bad(q + ".function.arguments", "'arguments' must be a JSON string");
-        else if (!Json::accept(args.get<std::string>()))
-          bad(q + ".function.arguments", "'arguments' is not valid JSON");
+        // Not-JSON argument text is rendered raw, as the official encoder does.
       }
     } else if (n.contains("tool_calls")) {
       n.erase("tool_calls");
@@ -284,7 +288,7 @@ Json normalize_messages(const Json& messages) {
   return out;
 }
 
-void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions* o) {
+void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions* o, bool allow_response_format) {
   bool thinking = d.thinking;
   Json effort;
   if (const Json* v = field(j, "thinking")) read_thinking_value(*v, "thinking", &thinking);
@@ -307,7 +311,8 @@ void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions
     if (!v->is_object()) bad("response_format", "'response_format' must be an object");
     std::string type;
     read_string(*v, "type", &type);
-    if (type != "text")
+    if (allow_response_format && type != "text") o->response_format = *v;
+    else if (type != "text")
       throw ApiError(400,
                      "response_format '" + type +
                          "' is not supported yet: this server has no structured (constrained) "

@@ -74,7 +74,10 @@ CompletionRequest parse_completion_request(const Json& body, int64_t vocab_size)
 
 // Shared by /v1/chat/completions and /tokenize: messages and the thinking/effort/tools fields.
 Json normalize_messages(const Json& messages);
-void parse_chat_options(const Json& body, const ServerDefaults& d, tok::ChatOptions* o);
+// allow_response_format: /tokenize renders a schema into the prompt (inspection); generation
+// endpoints refuse it until constrained decoding exists.
+void parse_chat_options(const Json& body, const ServerDefaults& d, tok::ChatOptions* o,
+                        bool allow_response_format = false);
 
 // Field readers: absent or null -> false (value untouched); wrong type/range -> ApiError 400.
 bool read_int(const Json& j, const char* key, int64_t lo, int64_t hi, int64_t* out);

@@ -132,7 +132,7 @@ def test_overload_429():
     s = ServerProcess("--max-concurrent", "1", "--overload", "reject", "--max-model-len", "4096")
     try:
         c = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=60)
-        stream = c.chat.completions.create(model=MODEL, messages=HI, max_tokens=3000, stream=True,
+        stream = c.chat.completions.create(model=MODEL, messages=HI, max_tokens=3000, stream=True, seed=1,
                                            extra_body={"ignore_eos": True})
         first = next(iter(stream))  # the role chunk: the first request holds the only slot
         assert first.choices[0].delta.role == "assistant"

