@@ -1,0 +1,178 @@
+// Sparse attention with a sink over the window rows plus compressed rows (all visible ones,
+// or those an indexer selected), reading KV rows by index; and the two cache writers (SWA
+// ring, paged compressed rows). A correct first version: one block per (token, 8 heads),
+// one warp per head, online softmax in fp32 over chunks of 16 rows staged in shared memory
+// (the rows are shared by all heads: MQA). docs/kernels.md says what a tensor-core version
+// needs. Scores, the softmax and the weighted sum run in double (rows and q stay f32, their
+// products are exact in double), so the result is the reference's to a last-bit rounding.
+#include "kernels/cuda/ops.cuh"
+
+namespace dil::cuda {
+namespace {
+
+constexpr int kHeadsPerBlock = 8, kChunk = 16, kMaxD = 512;
+
+struct AttnParams {
+  const float* q;        // [T, H, d]
+  const float* kv_new;   // [T, d]
+  const float* ring;     // [n_slots, W, d]
+  const float* comp;     // [n_blocks, rpb, d] or null
+  const int32_t* comp_idx;  // [T, K] or null
+  const float* sink;     // [H]
+  float* out;            // [T, H, d]
+  const int32_t *q_start, *start_pos, *slot, *tok_pos, *tok_seq, *block_table;
+  int H, d, W, ring_len, ratio, rpb, K, max_blocks;
+  float scale;
+};
+
+__device__ const float* attn_row(const AttnParams& P, int t, int s, int p, int n_win, int c) {
+  if (c < n_win) {
+    int j = p - n_win + 1 + c;
+    int sp = P.start_pos[s];
+    if (j >= sp) return P.kv_new + int64_t(P.q_start[s] + (j - sp)) * P.d;
+    return P.ring + (int64_t(P.slot[s]) * P.ring_len + (j % P.ring_len)) * P.d;
+  }
+  c -= n_win;
+  int r = P.comp_idx ? P.comp_idx[int64_t(t) * P.K + c] : c;
+  int visible = (p + 1) / P.ratio;
+  if (r < 0 || r >= visible) return nullptr;
+  int b = P.block_table[s * P.max_blocks + r / P.rpb];
+  if (b < 0) return nullptr;
+  return P.comp + (int64_t(b) * P.rpb + r % P.rpb) * P.d;
+}
+
+__global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams P) {
+  __shared__ float rows[kChunk][kMaxD];
+  __shared__ const float* ptrs[kChunk];
+  const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int h = blockIdx.y * kHeadsPerBlock + warp;
+  const int s = P.tok_seq[t], p = P.tok_pos[t];
+  const int n_win = min(p + 1, P.W);
+  const int n_comp = P.ratio > 0 ? (P.comp_idx ? P.K : (p + 1) / P.ratio) : 0;
+  const int n_cand = n_win + n_comp;
+  const int dl = P.d / 32;  // values per lane
+  float q[kMaxD / 32];
+  double acc[kMaxD / 32];
+#pragma unroll
+  for (int i = 0; i < kMaxD / 32; ++i) {
+    q[i] = (h < P.H && i < dl) ? P.q[(int64_t(t) * P.H + h) * P.d + lane + 32 * i] : 0.f;
+    acc[i] = 0.0;
+  }
+  double m = -INFINITY, l = 0.0;
+  for (int c0 = 0; c0 < n_cand; c0 += kChunk) {
+    __syncthreads();
+    if (threadIdx.x < kChunk) {
+      int c = c0 + threadIdx.x;
+      ptrs[threadIdx.x] = c < n_cand ? attn_row(P, t, s, p, n_win, c) : nullptr;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kChunk * P.d; i += blockDim.x) {
+      int r = i / P.d, k = i % P.d;
+      const float* src = ptrs[r];
+      rows[r][k] = src ? src[k] : 0.f;
+    }
+    __syncthreads();
+    if (h >= P.H) continue;
+    for (int r = 0; r < kChunk; ++r) {
+      if (!ptrs[r]) continue;
+      double dot = 0.0;
+#pragma unroll
+      for (int i = 0; i < kMaxD / 32; ++i)
+        if (i < dl) dot += double(q[i]) * double(rows[r][lane + 32 * i]);
+      double sc = warp_sum_d(dot) * double(P.scale);
+      double mn = fmax(m, sc);
+      double corr = exp(m - mn);  // m = -inf on the first row: corr = 0, acc and l are 0
+      double e = exp(sc - mn);
+      l = l * corr + e;
+#pragma unroll
+      for (int i = 0; i < kMaxD / 32; ++i)
+        if (i < dl) acc[i] = acc[i] * corr + e * rows[r][lane + 32 * i];
+      m = mn;
+    }
+  }
+  if (h >= P.H) return;
+  double sink = P.sink[h];
+  double mf = fmax(m, sink);
+  double a = l > 0.0 ? exp(m - mf) : 0.0;
+  double denom = l * a + exp(sink - mf);
+#pragma unroll
+  for (int i = 0; i < kMaxD / 32; ++i)
+    if (i < dl) P.out[(int64_t(t) * P.H + h) * P.d + lane + 32 * i] = float(acc[i] * a / denom);
+}
+
+__global__ void ring_write_kernel(const float* kv_new, float* ring, const int32_t* tok_seq, const int32_t* tok_pos,
+                                  const int32_t* start_pos, const int32_t* len, const int32_t* slot, int W, int d) {
+  int t = blockIdx.x;
+  int s = tok_seq[t], p = tok_pos[t];
+  if (p < start_pos[s] + len[s] - W) return;  // a later token of this step takes the slot
+  float* dst = ring + (int64_t(slot[s]) * W + p % W) * d;
+  for (int k = threadIdx.x; k < d; k += blockDim.x) dst[k] = kv_new[int64_t(t) * d + k];
+}
+
+__global__ void paged_write_kernel(const float* rows, float* cache, int rpb, int d, const int32_t* seq,
+                                   const int32_t* row, const int32_t* block_table, int max_blocks) {
+  int e = blockIdx.x;
+  int r = row[e];
+  int b = block_table[seq[e] * max_blocks + r / rpb];
+  if (b < 0) return;
+  float* dst = cache + (int64_t(b) * rpb + r % rpb) * d;
+  for (int k = threadIdx.x; k < d; k += blockDim.x) dst[k] = rows[int64_t(e) * d + k];
+}
+
+}  // namespace
+
+void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m) {
+  AttnParams P{};
+  int T = int(a.q.size(0));
+  P.H = int(a.q.size(1));
+  P.d = int(a.q.size(2));
+  DIL_CHECK(P.d % 32 == 0 && P.d <= kMaxD, "sparse_attention: head dim ", P.d);
+  DIL_CHECK(a.kv_new.size(0) == T && a.kv_new.size(1) == P.d, "sparse_attention: kv_new ", a.kv_new.shape_str());
+  if (T == 0) return;
+  P.q = a.q.ptr<float>();
+  P.kv_new = a.kv_new.ptr<float>();
+  P.ring = a.ring.empty() ? nullptr : a.ring.ptr<float>();
+  P.ring_len = a.ring.empty() ? a.window : int(a.ring.size(1));
+  P.comp = a.comp.empty() ? nullptr : a.comp.ptr<float>();
+  P.ratio = (a.comp.empty() || a.comp_ratio <= 0) ? 0 : a.comp_ratio;
+  P.rpb = a.rows_per_block;
+  P.comp_idx = (P.ratio && !a.comp_idx.empty()) ? a.comp_idx.ptr<int32_t>() : nullptr;
+  P.K = P.comp_idx ? int(a.comp_idx.size(1)) : 0;
+  P.sink = a.sink.ptr<float>();
+  P.out = a.out.ptr<float>();
+  P.scale = a.scale;
+  P.W = a.window;
+  P.q_start = m.q_start.ptr<int32_t>();
+  P.start_pos = m.start_pos.ptr<int32_t>();
+  P.slot = m.slot.ptr<int32_t>();
+  P.tok_pos = m.tok_pos.ptr<int32_t>();
+  P.tok_seq = m.tok_seq.ptr<int32_t>();
+  P.block_table = m.block_table.empty() ? nullptr : m.block_table.ptr<int32_t>();
+  P.max_blocks = m.max_blocks;
+  DIL_CHECK(!P.ratio || (P.block_table && P.rpb > 0), "sparse_attention: compressed rows need a block table");
+  dim3 grid(unsigned(T), unsigned(ceil_div(P.H, kHeadsPerBlock)));
+  sparse_attn_kernel<<<grid, 256, 0, c.stream>>>(P);
+  DIL_LAUNCH_CHECK("sparse_attn_kernel");
+}
+
+void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m) {
+  int T = int(kv_new.size(0)), d = int(kv_new.size(1));
+  if (T == 0) return;
+  ring_write_kernel<<<unsigned(T), 128, 0, c.stream>>>(kv_new.ptr<float>(), ring.ptr<float>(),
+                                                       m.tok_seq.ptr<int32_t>(), m.tok_pos.ptr<int32_t>(),
+                                                       m.start_pos.ptr<int32_t>(), m.len.ptr<int32_t>(),
+                                                       m.slot.ptr<int32_t>(), int(ring.size(1)), d);
+  DIL_LAUNCH_CHECK("ring_write_kernel");
+}
+
+void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
+                 const StepMeta& m) {
+  if (plan.n == 0) return;
+  int d = int(rows.size(-1));
+  paged_write_kernel<<<unsigned(plan.n), 128, 0, c.stream>>>(rows.ptr<float>(), cache.ptr<float>(), rows_per_block, d,
+                                                            plan.seq.ptr<int32_t>(), plan.row.ptr<int32_t>(),
+                                                            m.block_table.ptr<int32_t>(), m.max_blocks);
+  DIL_LAUNCH_CHECK("paged_write_kernel");
+}
+
+}  // namespace dil::cuda

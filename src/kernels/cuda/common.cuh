@@ -1,0 +1,151 @@
+// Shared device helpers of the CUDA backend: error checks that name the failing call, the
+// checkpoint codecs (e4m3, e2m1, e8m0, bf16) written to give bit-identical results to the
+// host codecs in core/dtype.cpp, and small launch helpers.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/check.h"
+#include "core/tensor.h"
+
+namespace dil::cuda {
+
+[[noreturn]] void cuda_fail(const char* call, const char* what, const char* file, int line);
+
+}  // namespace dil::cuda
+
+// Every CUDA runtime call goes through DIL_CUDA(call): a failure aborts naming the call.
+#define DIL_CUDA(call)                                                                   \
+  do {                                                                                   \
+    cudaError_t dil_err_ = (call);                                                       \
+    if (dil_err_ != cudaSuccess)                                                         \
+      ::dil::cuda::cuda_fail(#call, cudaGetErrorString(dil_err_), __FILE__, __LINE__);   \
+  } while (0)
+#define DIL_CUBLAS(call)                                                                 \
+  do {                                                                                   \
+    cublasStatus_t dil_st_ = (call);                                                     \
+    if (dil_st_ != CUBLAS_STATUS_SUCCESS)                                                \
+      ::dil::cuda::cuda_fail(#call, cublasLtGetStatusString(dil_st_), __FILE__, __LINE__); \
+  } while (0)
+// After every kernel launch: launch-configuration errors surface here, naming the kernel.
+#define DIL_LAUNCH_CHECK(name) DIL_CUDA(cudaGetLastError())
+
+namespace dil::cuda {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline unsigned grid_for(int64_t n, int threads) { return unsigned(ceil_div(n, threads)); }
+
+// ---- device codecs (mirror core/dtype.cpp) ----
+__device__ __forceinline__ float d_bf16_to_f32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+__device__ __forceinline__ float d_round_bf16(float f) {
+  uint32_t b = __float_as_uint(f);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return __uint_as_float(((b >> 16) | 0x40) << 16);
+  b += 0x7fffu + ((b >> 16) & 1u);
+  return __uint_as_float(b & 0xffff0000u);
+}
+__device__ __forceinline__ float d_e8m0_to_f32(uint8_t b) { return ldexpf(1.0f, int(b) - 127); }
+__device__ __forceinline__ float d_e4m3_to_f32(uint8_t v) {
+  int sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 7;
+  if (exp == 0xf && man == 7) return __int_as_float(0x7fc00000);
+  float mag = exp == 0 ? ldexpf(float(man), -9) : ldexpf(1.0f + man / 8.0f, exp - 7);
+  return sign ? -mag : mag;
+}
+// Round to nearest even with saturation to +-448 (same steps as f32_to_e4m3).
+__device__ __forceinline__ float d_round_e4m3(float f) {
+  if (isnan(f)) return f;
+  float a = fabsf(f);
+  float q;
+  if (a >= 448.0f) {
+    q = 448.0f;
+  } else {
+    int e;
+    frexpf(a, &e);
+    int unbiased = e - 1;
+    if (unbiased < -6) unbiased = -6;
+    float quantum = ldexpf(1.0f, unbiased - 3);
+    q = rintf(a / quantum) * quantum;
+    if (q > 448.0f) q = 448.0f;
+  }
+  return signbit(f) ? -q : q;
+}
+__device__ __forceinline__ uint8_t d_f32_to_e4m3(float f) {
+  // f must already be representable (output of d_round_e4m3).
+  uint8_t sign = signbit(f) ? 0x80 : 0;
+  float q = fabsf(f);
+  if (q == 0.0f) return sign;
+  int qe;
+  float qm = frexpf(q, &qe);
+  int ub = qe - 1;
+  if (ub < -6) return sign | uint8_t(lrintf(q / ldexpf(1.0f, -9)));
+  int man = int(lrintf((qm * 2.0f - 1.0f) * 8.0f));
+  return sign | uint8_t(((ub + 7) << 3) | man);
+}
+__device__ __forceinline__ float d_e2m1_to_f32(uint8_t nib) {
+  const float m = (nib & 7) < 4 ? 0.5f * float(nib & 7)
+                                : ((nib & 7) == 4 ? 2.f : (nib & 7) == 5 ? 3.f : (nib & 7) == 6 ? 4.f : 6.f);
+  return (nib & 8) ? -m : m;
+}
+// Nearest e2m1 value, ties to the even code (same steps as f32_to_e2m1).
+__device__ __forceinline__ float d_round_e2m1(float v) {
+  float a = fabsf(v);
+  float r;
+  if (a < 2.0f) r = rintf(a * 2.0f) / 2.0f;
+  else if (a < 4.0f) r = rintf(a);
+  else r = rintf(a / 2.0f) * 2.0f;
+  if (r > 6.0f) r = 6.0f;
+  return signbit(v) ? -r : r;
+}
+__device__ __forceinline__ float d_pow2_ceil(float v) {
+  uint32_t b = __float_as_uint(v);
+  int exp = int((b >> 23) & 0xff) - 127;
+  if (b & 0x7fffffu) exp += 1;
+  return ldexpf(1.0f, exp);
+}
+
+// Block-wide reductions (blockDim.x a multiple of 32, <= 1024). `red` holds 32 floats.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  float r = lane < nw ? red[lane] : 0.f;
+  return warp_sum(r);
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double block_sum_d(double v, double* red) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_sum_d(v);
+  __syncthreads();
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  double r = lane < nw ? red[lane] : 0.0;
+  return warp_sum_d(r);
+}
+// The reference's activations: evaluated in double, rounded once to f32 (cpu_common.h).
+__device__ __forceinline__ float d_sigmoid(float x) { return float(1.0 / (1.0 + exp(-double(x)))); }
+__device__ __forceinline__ float d_silu(float x) { return float(double(x) / (1.0 + exp(-double(x)))); }
+__device__ __forceinline__ float block_max(float v, float* red) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  float r = lane < nw ? red[lane] : -INFINITY;
+  return warp_max(r);
+}
+
+}  // namespace dil::cuda

@@ -1,0 +1,153 @@
+// The compressor recurrence (model-spec §3.6, §3.9.4) in two data-parallel passes instead of
+// a token-serial loop: (1) every row emitted this step pools its window's slots per channel,
+// each slot read from this step's a/g rows or from the state the step started with;
+// (2) the state is rewritten to what the token-by-token recurrence leaves behind (per slot:
+// the latest token of that residue; for the overlapped ratio, the previous-window rows copied
+// at the last emission). Pass 2 runs after pass 1 on the same stream.
+#include "kernels/cuda/ops.cuh"
+
+namespace dil::cuda {
+namespace {
+
+struct CompParams {
+  const float *a, *g, *ape;       // [T, C], [T, C], [m, C] or null
+  float *skv, *ssc;               // [n_slots, rows, C]
+  float* out;                     // [n_emit, dc]
+  const int32_t *q_start, *start_pos, *len, *slot;
+  const int32_t *e_seq, *e_row;
+  int m, rows, C, dc;
+  bool overlap;
+};
+
+// (a, g+ape) of position q of sequence s as the recurrence sees it at this step.
+__device__ __forceinline__ void comp_fetch(const CompParams& P, int s, int q, int col, float& av, float& gv) {
+  int sp = P.start_pos[s];
+  if (q >= sp) {
+    int64_t t = P.q_start[s] + (q - sp);
+    av = P.a[t * P.C + col];
+    gv = P.g[t * P.C + col];
+    if (P.ape) gv += P.ape[int64_t(q % P.m) * P.C + col];
+    return;
+  }
+  // Before the step: the current partial window [sp - sp%m, sp) lives in rows m + q%m
+  // (overlap) or q%m; the previous window (positions below it, negative ones included: a reset
+  // state there has score -inf) in rows q%m.
+  int row = ((q % P.m) + P.m) % P.m;
+  if (P.overlap && q >= sp - sp % P.m) row += P.m;
+  int64_t o = (int64_t(P.slot[s]) * P.rows + row) * P.C + col;
+  av = P.skv[o];
+  gv = P.ssc[o];
+}
+
+__global__ void comp_emit_kernel(CompParams P) {
+  int e = blockIdx.x;
+  int s = P.e_seq[e], w = P.e_row[e];
+  const int n_prev = P.overlap ? P.m : 0;
+  const int off = P.overlap ? P.dc : 0;
+  for (int ch = threadIdx.x; ch < P.dc; ch += blockDim.x) {
+    // Slot i < n_prev: window w-1 (columns [0, dc)); else window w (columns [off, off+dc)).
+    // As the reference: max, then exp / sums in double; a weight of exactly 0 (score -inf)
+    // skips its value; the pooled value is rounded once.
+    double mx = -INFINITY;
+    for (int i = 0; i < n_prev + P.m; ++i) {
+      int q = i < n_prev ? (w - 1) * P.m + i : w * P.m + (i - n_prev);
+      float av, gv;
+      comp_fetch(P, s, q, i < n_prev ? ch : off + ch, av, gv);
+      mx = fmax(mx, double(gv));
+    }
+    double den = 0.0, acc = 0.0;
+    for (int i = 0; i < n_prev + P.m; ++i) {
+      int q = i < n_prev ? (w - 1) * P.m + i : w * P.m + (i - n_prev);
+      float av, gv;
+      comp_fetch(P, s, q, i < n_prev ? ch : off + ch, av, gv);
+      double ex = exp(double(gv) - mx);
+      den += ex;
+      if (ex != 0.0) acc += ex * double(av);
+    }
+    P.out[int64_t(e) * P.dc + ch] = float(acc / den);
+  }
+}
+
+// One thread per (sequence, column): rewrite that column of every state row.
+__global__ void comp_state_kernel(CompParams P, int n_seqs) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= int64_t(n_seqs) * P.C) return;
+  int s = int(i / P.C), col = int(i % P.C);
+  int sp = P.start_pos[s], L = P.len[s];
+  if (L == 0) return;
+  int end = sp + L;  // first position not processed
+  float na[256], ng[256];
+  int cur0 = P.overlap ? P.m : 0;  // rows of the current window
+  // Current-window rows: latest position of each residue, else unchanged.
+  for (int j = 0; j < P.m; ++j) {
+    int q = end - 1 - ((end - 1 - j) % P.m + P.m) % P.m;  // largest q < end with q % m == j
+    int64_t o = (int64_t(P.slot[s]) * P.rows + cur0 + j) * P.C + col;
+    if (q >= sp) {
+      comp_fetch(P, s, q, col, na[cur0 + j], ng[cur0 + j]);
+    } else {
+      na[cur0 + j] = P.skv[o];
+      ng[cur0 + j] = P.ssc[o];
+    }
+  }
+  if (P.overlap) {
+    int w_last = end / P.m - 1;  // last window completed by the end of the step
+    bool emitted = w_last >= 0 && (w_last + 1) * P.m - 1 >= sp;
+    for (int j = 0; j < P.m; ++j) {
+      int64_t o = (int64_t(P.slot[s]) * P.rows + j) * P.C + col;
+      if (emitted) {
+        int q = w_last * P.m + j;
+        if (q >= sp) {
+          comp_fetch(P, s, q, col, na[j], ng[j]);
+        } else {  // still in the current-window rows of the step's initial state
+          int64_t oc = (int64_t(P.slot[s]) * P.rows + P.m + j) * P.C + col;
+          na[j] = P.skv[oc];
+          ng[j] = P.ssc[oc];
+        }
+      } else {
+        na[j] = P.skv[o];
+        ng[j] = P.ssc[o];
+      }
+    }
+  }
+  for (int r = 0; r < P.rows; ++r) {
+    int64_t o = (int64_t(P.slot[s]) * P.rows + r) * P.C + col;
+    P.skv[o] = na[r];
+    P.ssc[o] = ng[r];
+  }
+}
+
+}  // namespace
+
+void compressor(Ctx& c, const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m) {
+  CompParams P{};
+  P.m = a.ratio;
+  P.overlap = a.overlap;
+  P.dc = a.dc;
+  P.C = (a.overlap ? 2 : 1) * a.dc;
+  P.rows = int(a.state_kv.size(1));
+  DIL_CHECK(P.rows == (a.overlap ? 2 : 1) * a.ratio && P.rows <= 256, "compressor: state rows ", P.rows,
+            " for ratio ", a.ratio);
+  DIL_CHECK(a.a.size(-1) == P.C && a.state_kv.size(2) == P.C, "compressor: width ", a.a.shape_str(), " vs ", P.C);
+  P.a = a.a.ptr<float>();
+  P.g = a.g.ptr<float>();
+  P.ape = a.ape.empty() ? nullptr : a.ape.ptr<float>();
+  P.skv = a.state_kv.ptr<float>();
+  P.ssc = a.state_score.ptr<float>();
+  P.out = a.out.empty() ? nullptr : a.out.ptr<float>();
+  P.q_start = m.q_start.ptr<int32_t>();
+  P.start_pos = m.start_pos.ptr<int32_t>();
+  P.len = m.len.ptr<int32_t>();
+  P.slot = m.slot.ptr<int32_t>();
+  if (plan.n > 0) {
+    P.e_seq = plan.seq.ptr<int32_t>();
+    P.e_row = plan.row.ptr<int32_t>();
+    comp_emit_kernel<<<unsigned(plan.n), 128, 0, c.stream>>>(P);
+    DIL_LAUNCH_CHECK("comp_emit_kernel");
+  }
+  if (m.n_seqs > 0) {
+    comp_state_kernel<<<grid_for(int64_t(m.n_seqs) * P.C, 128), 128, 0, c.stream>>>(P, m.n_seqs);
+    DIL_LAUNCH_CHECK("comp_state_kernel");
+  }
+}
+
+}  // namespace dil::cuda

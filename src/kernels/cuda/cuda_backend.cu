@@ -1,0 +1,193 @@
+// CudaBackend: the Backend interface on one CUDA device. Owns the stream, the caching arena,
+// the cuBLASLt handle and the device copies of adopted weights; each op forwards to its
+// family's launcher (ops.cuh). Nothing here waits for the device except download() and
+// synchronize().
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda/ops.cuh"
+
+namespace dil {
+namespace cuda {
+
+[[noreturn]] void cuda_fail(const char* call, const char* what, const char* file, int line) {
+  std::fprintf(stderr, "%s:%d: CUDA call failed: %s: %s\n", file, line, call, what);
+  std::fflush(stderr);
+  std::abort();
+}
+
+WView make_wview(const Weight& w) {
+  WView v;
+  v.w = w.w.data;
+  v.scale = w.scale.empty() ? nullptr : w.scale.ptr<uint8_t>();
+  v.kind = int(w.kind);
+  v.bn = w.block_out;
+  v.bk = w.block_in;
+  v.n = w.out;
+  v.k = w.in;
+  if (w.kind == Weight::Kind::FP8) {
+    DIL_CHECK(v.scale && v.bn > 0 && v.bk > 0, "FP8 weight without block scales");
+    v.scale_cols = ceil_div(w.in, w.block_in);
+  } else if (w.kind == Weight::Kind::FP4) {
+    DIL_CHECK(v.scale, "FP4 weight without scales");
+    v.scale_cols = ceil_div(w.in, 32);
+  }
+  return v;
+}
+
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) {
+    int n = cuda_device_count();
+    if (device < 0 || device >= n) DIL_FAIL("CUDA device ", device, " not available (", n, " visible)");
+    c_.device = device;
+    DIL_CUDA(cudaSetDevice(device));
+    DIL_CUDA(cudaStreamCreateWithFlags(&c_.stream, cudaStreamNonBlocking));
+    DIL_CUBLAS(cublasLtCreate(&c_.lt));
+    c_.arena = std::make_shared<cuda::Arena>(device);
+    c_.lt_workspace = c_.arena->get(size_t(32) << 20);
+    const char* g = std::getenv("DIL_CUDA_GEMM");  // read once, at construction
+    c_.use_cublaslt = !(g && std::strcmp(g, "simt") == 0);
+    const char* l = std::getenv("DIL_LT_FP8_LAYOUT");
+    if (l && std::strlen(l) == 2) {
+      c_.lt_a_layout = l[0] == '1';
+      c_.lt_b_layout = l[1] == '1';
+    }
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(c_.stream);
+    c_.expert_tables.clear();
+    owned_.clear();
+    c_.lt_workspace.reset();
+    cublasLtDestroy(c_.lt);
+    cudaStreamDestroy(c_.stream);
+  }
+
+  Device device() const override { return Device::CUDA; }
+  std::string name() const override {
+    return str_cat("cuda:", c_.device, c_.use_cublaslt ? "" : " (simt gemm)");
+  }
+
+  Buffer alloc(size_t bytes) override {
+    Buffer b = c_.arena->get(bytes);
+    DIL_CUDA(cudaMemsetAsync(b.data(), 0, bytes, c_.stream));
+    return b;
+  }
+  void upload(Tensor dst, const void* host_src) override {
+    DIL_CHECK(dst.device == Device::CUDA, "upload: destination not on CUDA");
+    DIL_CUDA(cudaMemcpyAsync(dst.data, host_src, dst.nbytes(), cudaMemcpyHostToDevice, c_.stream));
+  }
+  void download(void* host_dst, const Tensor& src) override {
+    DIL_CHECK(src.device == Device::CUDA, "download: source not on CUDA");
+    DIL_CUDA(cudaMemcpyAsync(host_dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, c_.stream));
+    DIL_CUDA(cudaStreamSynchronize(c_.stream));  // the host reads the result next
+  }
+  void fill(Tensor t, float value) override {
+    DIL_CHECK(t.dtype == DType::F32, "fill: f32 only");
+    cuda::fill_f32(c_, t.ptr<float>(), t.numel(), value);
+  }
+  void copy(Tensor dst, const Tensor& src) override {
+    DIL_CHECK(dst.nbytes() == src.nbytes(), "copy: size mismatch ", dst.nbytes(), " vs ", src.nbytes());
+    DIL_CUDA(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, c_.stream));
+  }
+  void synchronize() override { DIL_CUDA(cudaStreamSynchronize(c_.stream)); }
+
+  Weight adopt_weight(const Weight& host) override {
+    Weight w = host;
+    if (!host.w.empty()) w.w = adopt_tensor(host.w);
+    if (!host.scale.empty()) w.scale = adopt_tensor(host.scale);
+    return w;
+  }
+  Tensor adopt_tensor(const Tensor& host) override {
+    if (host.empty()) return host;
+    if (host.device == Device::CUDA) return host;
+    Buffer b = c_.arena->get(host.nbytes());
+    Tensor t = host;
+    t.data = b.data();
+    t.device = Device::CUDA;
+    upload(t, host.data);
+    owned_.push_back(std::move(b));
+    return t;
+  }
+
+  void embed(const Weight& table, const Tensor& ids, Tensor out) override { cuda::embed(c_, table, ids, out); }
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) override {
+    cuda::rms_norm(c_, x, w, eps, out);
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor out) override { cuda::add(c_, a, b, out); }
+  void linear(const Tensor& x, const Weight& w, int act_block, Tensor out) override {
+    cuda::linear(c_, x, w, act_block, out);
+  }
+  void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out) override {
+    cuda::grouped_linear(c_, x, w, groups, out);
+  }
+  void rope(Tensor x, const Tensor& pos, const RopeTable& table, bool inverse) override {
+    cuda::rope(c_, x, pos, table, inverse);
+  }
+  void fp8_qdq(Tensor x, int cols, int block) override {
+    DIL_CHECK(x.dtype == DType::F32, "fp8_qdq: f32 only");
+    int64_t d = x.size(-1);
+    cuda::fp8_qdq(c_, x.ptr<float>(), x.numel() / d, d, cols, block);
+  }
+  void fp4_qdq(Tensor x, int block, bool e4m3_scale) override { cuda::fp4_qdq(c_, x, block, e4m3_scale); }
+  void hadamard(Tensor x) override { cuda::hadamard(c_, x); }
+
+  void hc_mix(const Tensor& X, const HcArgs& a, Tensor pre, Tensor post, Tensor comb) override {
+    cuda::hc_mix(c_, X, a, pre, post, comb);
+  }
+  void hc_collapse(const Tensor& X, const Tensor& pre, Tensor out) override { cuda::hc_collapse(c_, X, pre, out); }
+  void hc_post(const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out) override {
+    cuda::hc_post(c_, F, X, post, comb, out);
+  }
+  void hc_expand(const Tensor& e, int n, Tensor X) override { cuda::hc_expand(c_, e, n, X); }
+
+  void sparse_attention(const AttnArgs& a, const StepMeta& m) override { cuda::sparse_attention(c_, a, m); }
+  void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) override {
+    cuda::ring_write(c_, kv_new, ring, m);
+  }
+  void compressor(const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m) override {
+    cuda::compressor(c_, a, plan, m);
+  }
+  void paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
+                   const StepMeta& m) override {
+    cuda::paged_write(c_, rows, cache, rows_per_block, plan, m);
+  }
+  void indexer_topk(const IndexerArgs& a, const StepMeta& m) override { cuda::indexer_topk(c_, a, m); }
+
+  void moe_route(const MoeRouteArgs& a) override { cuda::moe_route(c_, a); }
+  void moe_experts(const MoeExpertsArgs& a) override { cuda::moe_experts(c_, a); }
+  void swiglu(const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out) override {
+    cuda::swiglu(c_, g, u, w, limit, out);
+  }
+  void reset_state(Tensor state_kv, Tensor state_score, const std::vector<int32_t>& slots) override {
+    cuda::reset_state(c_, state_kv, state_score, slots);
+  }
+
+ private:
+  cuda::Ctx c_;
+  std::vector<Buffer> owned_;  // device copies of adopted weights and tensors
+};
+
+}  // namespace
+}  // namespace cuda
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+
+}  // namespace dil

@@ -1,0 +1,172 @@
+// Lightning indexer: score(t, s) = sum_h w[t,h] * relu(q[t,h,:] . key[s,:]) over the
+// compressed rows visible to token t, then an exact top-k per token with ties broken towards
+// the lowest row. Scores go to a scratch [T, max_visible]; the top-k is a radix select over
+// 64-bit keys (order-preserving score bits << 32 | ~row), which are all distinct, so the
+// k-th largest key is found exactly in 8 passes of 8 bits, then the selected keys are
+// bitonic-sorted in shared memory.
+#include <algorithm>
+
+#include "kernels/cuda/ops.cuh"
+
+namespace dil::cuda {
+namespace {
+
+constexpr int kScoreRows = 128, kMaxQ = 8192, kMaxTopk = 2048, kTopkThreads = 1024;
+
+struct IdxParams {
+  const float *q, *w, *keys;  // [T, Hi, di], [T, Hi], [n_blocks, rpb, di]
+  const int32_t *tok_seq, *tok_pos, *block_table;
+  float* scores;              // [T, n_max]
+  int Hi, di, ratio, rpb, max_blocks, n_max;
+};
+
+// Block (token t, 128 rows): q of the token in shared memory, one thread per row. The sums
+// run in double in the reference's order (heads outer, dims inner; the library is built
+// without FMA contraction) and are rounded once, so the f32 scores equal the CPU's bit for
+// bit and the selection matches on near-ties too.
+__global__ void idx_score_kernel(IdxParams P) {
+  __shared__ float qs[kMaxQ];
+  __shared__ float ws[128];
+  int t = blockIdx.y;
+  int p = P.tok_pos[t], s = P.tok_seq[t];
+  int n_vis = (p + 1) / P.ratio;
+  int r0 = blockIdx.x * kScoreRows;
+  if (r0 >= n_vis) return;
+  for (int i = threadIdx.x; i < P.Hi * P.di; i += blockDim.x) qs[i] = P.q[int64_t(t) * P.Hi * P.di + i];
+  for (int i = threadIdx.x; i < P.Hi; i += blockDim.x) ws[i] = P.w[int64_t(t) * P.Hi + i];
+  __syncthreads();
+  int r = r0 + threadIdx.x;
+  if (r >= n_vis) return;
+  int b = P.block_table[s * P.max_blocks + r / P.rpb];
+  const float* key = P.keys + (int64_t(b) * P.rpb + r % P.rpb) * P.di;
+  double score = 0.0;
+  for (int h = 0; h < P.Hi; ++h) {
+    double dot = 0.0;
+    const float* qh = qs + h * P.di;
+    for (int k = 0; k < P.di; ++k) dot += double(qh[k]) * double(key[k]);
+    score += double(ws[h]) * fmax(dot, 0.0);
+  }
+  P.scores[int64_t(t) * P.n_max + r] = float(score);
+}
+
+__device__ __forceinline__ uint64_t topk_key(float v, int r) {
+  if (v == 0.f) v = 0.f;  // -0 ties with +0
+  uint32_t b = __float_as_uint(v);
+  uint32_t o = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return (uint64_t(o) << 32) | uint64_t(0xffffffffu - uint32_t(r));
+}
+
+__global__ void __launch_bounds__(kTopkThreads) idx_topk_kernel(const float* scores, int n_max, const int32_t* tok_pos,
+                                                                int ratio, int topk, bool ascending, int32_t* out) {
+  __shared__ unsigned hist[256];
+  __shared__ uint64_t sel[kMaxTopk];
+  __shared__ uint64_t prefix_s, mask_s;
+  __shared__ int need_s, count_s;
+  int t = blockIdx.x;
+  int n = (tok_pos[t] + 1) / ratio;
+  int kk = min(topk, n);
+  const float* sc = scores + int64_t(t) * n_max;
+  if (threadIdx.x == 0) {
+    prefix_s = 0;
+    mask_s = 0;
+    need_s = kk;
+    count_s = 0;
+  }
+  __syncthreads();
+  if (kk > 0 && kk < n) {
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+      __syncthreads();
+      uint64_t prefix = prefix_s, mask = mask_s;
+      for (int r = threadIdx.x; r < n; r += blockDim.x) {
+        uint64_t k = topk_key(sc[r], r);
+        if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1u);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int need = need_s;
+        unsigned cum = 0;
+        int d = 255;
+        for (; d > 0; --d) {
+          if (cum + hist[d] >= unsigned(need)) break;
+          cum += hist[d];
+        }
+        need_s = need - int(cum);
+        prefix_s = prefix | (uint64_t(d) << shift);
+        mask_s = mask | (uint64_t(255) << shift);
+      }
+      __syncthreads();
+    }
+  }
+  // Collect keys >= the k-th largest (all when kk == n).
+  uint64_t thr = (kk > 0 && kk < n) ? prefix_s : 0;
+  for (int r = threadIdx.x; r < n && kk > 0; r += blockDim.x) {
+    uint64_t k = topk_key(sc[r], r);
+    if (k >= thr) {
+      int slot = atomicAdd(&count_s, 1);
+      if (slot < kMaxTopk) sel[slot] = ascending ? uint64_t(r) : k;
+    }
+  }
+  __syncthreads();
+  int P2 = 1;
+  while (P2 < kk) P2 <<= 1;
+  for (int i = kk + threadIdx.x; i < P2; i += blockDim.x) sel[i] = ascending ? ~uint64_t(0) : 0;
+  __syncthreads();
+  // Bitonic sort: descending keys (score desc, row asc), or ascending rows.
+  for (int size = 2; size <= P2; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < P2; i += blockDim.x) {
+        int j = i ^ stride;
+        if (j > i) {
+          bool up = ((i & size) == 0) == ascending;  // direction of this run
+          uint64_t a = sel[i], b = sel[j];
+          if (up ? (a > b) : (a < b)) {
+            sel[i] = b;
+            sel[j] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int i = threadIdx.x; i < topk; i += blockDim.x) {
+    int32_t v = -1;
+    if (i < kk) v = ascending ? int32_t(sel[i]) : int32_t(0xffffffffu - uint32_t(sel[i] & 0xffffffffu));
+    out[int64_t(t) * topk + i] = v;
+  }
+}
+
+}  // namespace
+
+void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m) {
+  int T = int(a.q.size(0));
+  if (T == 0) return;
+  IdxParams P{};
+  P.Hi = int(a.q.size(1));
+  P.di = int(a.q.size(2));
+  DIL_CHECK(P.Hi * P.di <= kMaxQ && P.Hi <= 128, "indexer_topk: q ", a.q.shape_str());
+  DIL_CHECK(a.topk <= kMaxTopk, "indexer_topk: topk ", a.topk, " > ", kMaxTopk);
+  DIL_CHECK(a.out_idx.size(1) == a.topk, "indexer_topk: out ", a.out_idx.shape_str());
+  int max_pos = 0;
+  for (int32_t p : m.h_tok_pos) max_pos = std::max(max_pos, int(p));
+  P.n_max = std::max(1, (max_pos + 1) / a.ratio);
+  Buffer sb = c.scratch(size_t(T) * P.n_max * 4);
+  P.q = a.q.ptr<float>();
+  P.w = a.w.ptr<float>();
+  P.keys = a.keys.ptr<float>();
+  P.tok_seq = m.tok_seq.ptr<int32_t>();
+  P.tok_pos = m.tok_pos.ptr<int32_t>();
+  P.block_table = m.block_table.ptr<int32_t>();
+  P.scores = static_cast<float*>(sb.data());
+  P.ratio = a.ratio;
+  P.rpb = a.rows_per_block;
+  P.max_blocks = m.max_blocks;
+  dim3 g1(unsigned(ceil_div(P.n_max, kScoreRows)), unsigned(T));
+  idx_score_kernel<<<g1, kScoreRows, 0, c.stream>>>(P);
+  DIL_LAUNCH_CHECK("idx_score_kernel");
+  idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(P.scores, P.n_max, P.tok_pos, a.ratio, a.topk,
+                                                             a.sort_ascending, a.out_idx.ptr<int32_t>());
+  DIL_LAUNCH_CHECK("idx_topk_kernel");
+}
+
+}  // namespace dil::cuda

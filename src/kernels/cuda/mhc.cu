@@ -1,0 +1,151 @@
+// Manifold hyper-connections (model-spec §3.3): hc_mix (RMS-scaled projections of the
+// flattened residual streams, sigmoids, Sinkhorn), collapse, post, expand.
+#include "kernels/cuda/ops.cuh"
+
+namespace dil::cuda {
+namespace {
+
+constexpr int kMaxMix = 32;  // m = n*(2+n) = 24 for n = 4
+
+// One block per token: the m dot products of length n*D and the mean square in double
+// (rounded once, as the reference), then the scalar tail (sigmoids, Sinkhorn) in thread 0 in
+// exactly the reference's f32 order (the library is built without FMA contraction).
+__global__ void hc_mix_kernel(const float* X, const float* fn, const float* base, const float* scale, int n, int m,
+                              int64_t nd, int iters, float norm_eps, float eps, float* pre, float* post,
+                              float* comb) {
+  __shared__ double red[32];
+  __shared__ float mix[kMaxMix];
+  const float* x = X + blockIdx.x * nd;
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < nd; i += blockDim.x) ss += double(x[i]) * x[i];
+  ss = block_sum_d(ss, red);
+  const float rho = float(1.0 / sqrt(ss / double(nd) + double(norm_eps)));
+  for (int r = 0; r < m; ++r) {
+    const float* f = fn + r * nd;
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < nd; i += blockDim.x) acc += double(f[i]) * x[i];
+    acc = block_sum_d(acc, red);
+    if (threadIdx.x == 0) mix[r] = float(acc) * rho;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int t = blockIdx.x;
+  for (int j = 0; j < n; ++j) pre[t * n + j] = d_sigmoid(mix[j] * scale[0] + base[j]) + eps;
+  if (m == n) return;  // head: pre only
+  for (int j = 0; j < n; ++j) post[t * n + j] = 2.0f * d_sigmoid(mix[n + j] * scale[1] + base[n + j]);
+  float C[8][8];
+  for (int j = 0; j < n; ++j)
+    for (int k = 0; k < n; ++k) C[j][k] = mix[2 * n + j * n + k] * scale[2] + base[2 * n + j * n + k];
+  // Row softmax + eps, then the first column normalisation; then iters-1 rounds of row and
+  // column normalisation. Sums sequential in f32, exp in double rounded once.
+  for (int j = 0; j < n; ++j) {
+    float mx = C[j][0];
+    for (int k = 1; k < n; ++k) mx = C[j][k] > mx ? C[j][k] : mx;
+    float s = 0.f;
+    for (int k = 0; k < n; ++k) {
+      C[j][k] = float(exp(double(C[j][k] - mx)));
+      s += C[j][k];
+    }
+    for (int k = 0; k < n; ++k) C[j][k] = C[j][k] / s + eps;
+  }
+  float colsum[8];
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0) {
+      for (int j = 0; j < n; ++j) {
+        float s = 0.f;
+        for (int k = 0; k < n; ++k) s += C[j][k];
+        for (int k = 0; k < n; ++k) C[j][k] = C[j][k] / (s + eps);
+      }
+    }
+    for (int k = 0; k < n; ++k) {
+      float s = 0.f;
+      for (int j = 0; j < n; ++j) s += C[j][k];
+      colsum[k] = s;
+    }
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) C[j][k] = C[j][k] / (colsum[k] + eps);
+  }
+  for (int j = 0; j < n; ++j)
+    for (int k = 0; k < n; ++k) comb[(int64_t(t) * n + j) * n + k] = C[j][k];
+}
+
+// out[t, c] = sum_j pre[t, j] * X[t, j, c]
+__global__ void hc_collapse_kernel(const float* X, const float* pre, float* out, int n, int64_t D, int64_t T) {
+  int64_t total = T * D;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t t = i / D, c = i % D;
+    double acc = 0.0;
+    for (int j = 0; j < n; ++j) acc += double(pre[t * n + j]) * X[(t * n + j) * D + c];
+    out[i] = float(acc);
+  }
+}
+
+// out[t, k, c] = post[t, k] * F[t, c] + sum_j comb[t, j, k] * X[t, j, c]. One thread per
+// (t, c) reads all n streams before writing, so out may alias X.
+__global__ void hc_post_kernel(const float* F, const float* X, const float* post, const float* comb, float* out,
+                               int n, int64_t D, int64_t T) {
+  int64_t total = T * D;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t c = i % D, t = i / D;
+    float xs[8];
+    for (int j = 0; j < n; ++j) xs[j] = X[(t * n + j) * D + c];
+    float f = F[t * D + c];
+    for (int k = 0; k < n; ++k) {
+      double acc = double(post[t * n + k]) * f;
+      for (int j = 0; j < n; ++j) acc += double(comb[(t * n + j) * n + k]) * xs[j];
+      out[(t * n + k) * D + c] = float(acc);
+    }
+  }
+}
+
+__global__ void hc_expand_kernel(const float* e, float* X, int n, int64_t D, int64_t T) {
+  int64_t total = T * n * D;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t c = i % D, t = i / (D * n);
+    X[i] = e[t * D + c];
+  }
+}
+
+unsigned stride_grid(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)); }
+
+}  // namespace
+
+void hc_mix(Ctx& c, const Tensor& X, const HcArgs& a, Tensor pre, Tensor post, Tensor comb) {
+  int n = a.n;
+  int64_t T = X.size(0), nd = X.numel() / (T ? T : 1);
+  int m = int(a.fn.size(0));
+  DIL_CHECK(m <= kMaxMix && n <= 8 && (m == n || m == n * (2 + n)), "hc_mix: fn rows ", m, " n ", n);
+  DIL_CHECK(a.fn.size(1) == nd, "hc_mix: fn ", a.fn.shape_str(), " vs X ", X.shape_str());
+  if (T == 0) return;
+  hc_mix_kernel<<<unsigned(T), 256, 0, c.stream>>>(
+      X.ptr<float>(), a.fn.ptr<float>(), a.base.ptr<float>(), a.scale.ptr<float>(), n, m, nd, a.sinkhorn_iters,
+      a.norm_eps, a.hc_eps, pre.ptr<float>(), post.empty() ? nullptr : post.ptr<float>(),
+      comb.empty() ? nullptr : comb.ptr<float>());
+  DIL_LAUNCH_CHECK("hc_mix_kernel");
+}
+
+void hc_collapse(Ctx& c, const Tensor& X, const Tensor& pre, Tensor out) {
+  int64_t T = X.size(0), n = X.size(1), D = X.size(2);
+  if (T == 0) return;
+  hc_collapse_kernel<<<stride_grid(T * D), 256, 0, c.stream>>>(X.ptr<float>(), pre.ptr<float>(), out.ptr<float>(),
+                                                               int(n), D, T);
+  DIL_LAUNCH_CHECK("hc_collapse_kernel");
+}
+
+void hc_post(Ctx& c, const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out) {
+  int64_t T = X.size(0), n = X.size(1), D = X.size(2);
+  DIL_CHECK(n <= 8, "hc_post: n ", n);
+  if (T == 0) return;
+  hc_post_kernel<<<stride_grid(T * D), 256, 0, c.stream>>>(F.ptr<float>(), X.ptr<float>(), post.ptr<float>(),
+                                                               comb.ptr<float>(), out.ptr<float>(), int(n), D, T);
+  DIL_LAUNCH_CHECK("hc_post_kernel");
+}
+
+void hc_expand(Ctx& c, const Tensor& e, int n, Tensor X) {
+  int64_t T = e.size(0), D = e.size(1);
+  if (T == 0) return;
+  hc_expand_kernel<<<stride_grid(T * n * D), 256, 0, c.stream>>>(e.ptr<float>(), X.ptr<float>(), n, D, T);
+  DIL_LAUNCH_CHECK("hc_expand_kernel");
+}
+
+}  // namespace dil::cuda

@@ -1,0 +1,310 @@
+// MoE on the device, with no host round trip: routing (sqrt-softplus scores, bias for the
+// selection only, top-k with lowest-index ties, or hash routing through tid2eid), then the
+// routed experts: (token, k) pairs counted and sorted by expert on the device, a tile map
+// built from the counts, grouped GEMMs over the experts' own weights (FP4 / FP8 / BF16,
+// dequantized in shared memory; activations FP8-QDQ'd when act_block > 0, i.e. W4A8 numerics
+// as the official code has them), SwiGLU with clamps and the routing weight, and a combine
+// that sums each token's k expert outputs in k order (deterministic, no atomics on floats).
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cuda/gemv.cuh"
+
+namespace dil::cuda {
+namespace {
+
+constexpr int kMaxTopk = 16;
+
+// torch softplus (threshold 20) then sqrt, in double, rounded once (as the reference).
+__device__ __forceinline__ float sqrt_softplus(float l) {
+  double x = l;
+  return float(sqrt(x > 20.0 ? x : log1p(exp(x))));
+}
+
+// One warp per token.
+__global__ void moe_route_kernel(const float* logits, const float* bias, const int32_t* tid2eid, const int32_t* ids,
+                                 int T, int E, int k, float route_scale, float norm_eps, float* out_w,
+                                 int32_t* out_idx) {
+  int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  int lane = threadIdx.x & 31;
+  if (t >= T) return;
+  const float* l = logits + int64_t(t) * E;
+  int chosen[kMaxTopk];
+  if (tid2eid) {
+    for (int i = 0; i < k; ++i) chosen[i] = tid2eid[int64_t(ids[t]) * k + i];
+  } else {
+    for (int i = 0; i < k; ++i) {
+      float best = -INFINITY;
+      int bi = 0x7fffffff;
+      for (int e = lane; e < E; e += 32) {
+        bool taken = false;
+        for (int j = 0; j < i; ++j) taken |= chosen[j] == e;
+        if (taken) continue;
+        float v = sqrt_softplus(l[e]) + (bias ? bias[e] : 0.f);
+        if (v > best || (v == best && e < bi)) {
+          best = v;
+          bi = e;
+        }
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > best || (ov == best && oi < bi)) {
+          best = ov;
+          bi = oi;
+        }
+      }
+      chosen[i] = bi;
+    }
+  }
+  if (lane != 0) return;
+  float sc[kMaxTopk];
+  double sum = 0.0;
+  for (int i = 0; i < k; ++i) {
+    sc[i] = sqrt_softplus(l[chosen[i]]);
+    sum += sc[i];
+  }
+  const float den = float(sum) + norm_eps;
+  for (int i = 0; i < k; ++i) {
+    out_w[int64_t(t) * k + i] = sc[i] / den * route_scale;
+    out_idx[int64_t(t) * k + i] = chosen[i];
+  }
+}
+
+// ---- routed experts ----
+
+struct MoeIndex {
+  int32_t* counts;     // [E]
+  int32_t* offsets;    // [E + 1]
+  int32_t* fill;       // [E]
+  int32_t* sorted_tok; // [Tk] token of each sorted row
+  int32_t* sorted_pair;// [Tk] t*k + i of each sorted row
+  int32_t* pos_of;     // [Tk] sorted row of pair t*k + i (-1: dropped)
+  int32_t* tile_e;     // [max_tiles] expert of each row tile
+  int32_t* tile_r0;    // [max_tiles] first sorted row of the tile
+  int32_t* n_tiles;    // [1]
+};
+
+__global__ void moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* counts) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  int e = idx[i];
+  if (e >= 0 && e < E) atomicAdd(&counts[e], 1);
+}
+
+// Single block: exclusive scan of the counts and the tile map (tiles of bm rows, per expert).
+__global__ void moe_scan_kernel(MoeIndex I, int E, int max_tiles, int bm) {
+  if (threadIdx.x != 0) return;
+  int off = 0, tiles = 0;
+  for (int e = 0; e < E; ++e) {
+    I.offsets[e] = off;
+    I.fill[e] = 0;
+    int cnt = I.counts[e];
+    for (int r = 0; r < cnt && tiles < max_tiles; r += bm) {
+      I.tile_e[tiles] = e;
+      I.tile_r0[tiles] = off + r;
+      ++tiles;
+    }
+    off += cnt;
+  }
+  I.offsets[E] = off;
+  *I.n_tiles = tiles;
+}
+
+__global__ void moe_scatter_kernel(const int32_t* idx, int64_t n, int k, int E, MoeIndex I) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  int e = idx[i];
+  if (e < 0 || e >= E) {
+    I.pos_of[i] = -1;
+    return;
+  }
+  int pos = I.offsets[e] + atomicAdd(&I.fill[e], 1);
+  I.sorted_tok[pos] = int32_t(i / k);
+  I.sorted_pair[pos] = int32_t(i);
+  I.pos_of[i] = pos;
+}
+
+// Grouped GEMM: tile y covers sorted rows [tile_r0, min(tile_r0+kBM, offsets[e+1])) of expert
+// e; X rows gathered through `gather` (token rows) or read in sorted order (gather null).
+__global__ void moe_gemm_kernel(const float* x, int64_t ldx, const int32_t* gather, const WView* experts,
+                                MoeIndex I, float* out, int64_t ldo, int64_t N, int64_t K) {
+  int tile = blockIdx.y;
+  if (tile >= *I.n_tiles) return;
+  int e = I.tile_e[tile];
+  int64_t r0 = I.tile_r0[tile], r_end = I.offsets[e + 1];
+  const WView& w = experts[e];
+  gemm_tile(x, ldx, gather, r0, r_end, w, 0, int64_t(blockIdx.x) * kBN, N, K, out, ldo);
+}
+
+// The same with the few-rows kernel (tiles of kGemvRows rows).
+__global__ void __launch_bounds__(kGemvThreads) moe_gemv_kernel(const float* x, int64_t ldx, const int32_t* gather,
+                                                                const WView* experts, MoeIndex I, float* out,
+                                                                int64_t ldo, int64_t N, int64_t K) {
+  int tile = blockIdx.y;
+  if (tile >= *I.n_tiles) return;
+  int e = I.tile_e[tile];
+  int64_t r0 = I.tile_r0[tile], r_end = min(int64_t(I.offsets[e + 1]), r0 + kGemvRows);
+  gemv_tile(x, ldx, gather, r0, r_end, experts[e], 0, int64_t(blockIdx.x) * kGemvThreads, N, K, out, ldo);
+}
+
+// h = silu(min(g, lim)) * clamp(u, -lim, lim) * route_w of the row's pair.
+__global__ void moe_swiglu_kernel(const float* g, const float* u, const float* route_w, const int32_t* sorted_pair,
+                                  const int32_t* offsets, int E, float lim, float* h, int64_t I_dim) {
+  int64_t n = int64_t(offsets[E]) * I_dim;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i / I_dim;
+    float gv = fminf(g[i], lim);
+    float uv = fminf(fmaxf(u[i], -lim), lim);
+    h[i] = d_silu(gv) * uv * route_w[sorted_pair[r]];
+  }
+}
+
+__global__ void moe_fp8_qdq_rows_kernel(float* x, const int32_t* offsets, int E, int64_t d, int block) {
+  int nb = int((d + block - 1) / block);
+  int64_t gw = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  int lane = threadIdx.x & 31;
+  if (gw >= int64_t(offsets[E]) * nb) return;
+  int64_t r = gw / nb;
+  int b0 = int(gw % nb) * block, b1 = int(min(int64_t(b0 + block), d));
+  float* xr = x + r * d;
+  float amax = 0.f;
+  for (int c = b0 + lane; c < b1; c += 32) amax = fmaxf(amax, fabsf(xr[c]));
+  amax = fmaxf(warp_max(amax), 1e-4f);
+  float s = d_pow2_ceil(amax * (1.0f / 448.0f));
+  for (int c = b0 + lane; c < b1; c += 32) xr[c] = d_round_e4m3(fminf(fmaxf(xr[c] / s, -448.f), 448.f)) * s;
+}
+
+__global__ void moe_combine_kernel(const float* y, const int32_t* pos_of, int64_t T, int k, int64_t D, float* out) {
+  int64_t n = T * D;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t t = i / D, c = i % D;
+    double acc = 0.0;
+    for (int j = 0; j < k; ++j) {
+      int p = pos_of[t * k + j];
+      if (p >= 0) acc += y[int64_t(p) * D + c];
+    }
+    out[i] = float(acc);
+  }
+}
+
+unsigned stride_grid(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)); }
+
+// Device table of WViews for an expert list, uploaded on first use and kept by the context;
+// re-uploaded when the list's contents differ from what was uploaded.
+const WView* expert_table(Ctx& c, const std::vector<Weight>* ws) {
+  std::vector<WView> h(ws->size());
+  for (size_t e = 0; e < ws->size(); ++e) {
+    DIL_CHECK((*ws)[e].w.device == Device::CUDA, "moe_experts: expert ", e, " weight not on the GPU");
+    h[e] = make_wview((*ws)[e]);
+  }
+  auto& entry = c.expert_tables[ws];
+  if (entry.dev.data() && entry.host.size() == h.size() &&
+      std::memcmp(entry.host.data(), h.data(), h.size() * sizeof(WView)) == 0)
+    return static_cast<const WView*>(entry.dev.data());
+  entry.dev = c.scratch(h.size() * sizeof(WView));
+  entry.host = std::move(h);
+  // From pageable memory: the runtime stages the bytes before returning (once per list).
+  DIL_CUDA(cudaMemcpyAsync(entry.dev.data(), entry.host.data(), entry.host.size() * sizeof(WView),
+                           cudaMemcpyHostToDevice, c.stream));
+  return static_cast<const WView*>(entry.dev.data());
+}
+
+}  // namespace
+
+void moe_route(Ctx& c, const MoeRouteArgs& a) {
+  int T = int(a.logits.size(0)), E = int(a.logits.size(1));
+  DIL_CHECK(a.topk <= kMaxTopk, "moe_route: topk ", a.topk);
+  if (T == 0) return;
+  const bool hash = !a.tid2eid.empty();
+  DIL_CHECK(!hash || a.tid2eid.dtype == DType::I32, "moe_route: tid2eid must be i32");
+  moe_route_kernel<<<grid_for(int64_t(T) * 32, 128), 128, 0, c.stream>>>(
+      a.logits.ptr<float>(), a.bias.empty() ? nullptr : a.bias.ptr<float>(),
+      hash ? a.tid2eid.ptr<int32_t>() : nullptr, hash ? a.ids.ptr<int32_t>() : nullptr, T, E, a.topk,
+      a.route_scale, a.norm_eps, a.out_w.ptr<float>(), a.out_idx.ptr<int32_t>());
+  DIL_LAUNCH_CHECK("moe_route_kernel");
+}
+
+void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
+  int64_t T = a.x.size(0), D = a.x.size(1);
+  int k = int(a.route_idx.size(1));
+  int E = int(a.w1->size());
+  DIL_CHECK(a.w2->size() == size_t(E) && a.w3->size() == size_t(E), "moe_experts: expert lists differ");
+  if (T == 0) return;
+  int64_t Idim = (*a.w1)[0].out;
+  const WView* t1 = expert_table(c, a.w1);
+  const WView* t2 = expert_table(c, a.w2);
+  const WView* t3 = expert_table(c, a.w3);
+  int64_t Tk = T * k;
+  // Decode-sized batches (a few rows per expert): tiles of 4 rows on the few-rows kernel;
+  // larger ones: 64-row tiles on the tile kernel.
+  const bool few = Tk <= int64_t(8) * E;
+  const int bm = few ? kGemvRows : kBM;
+  int max_tiles = int(ceil_div(Tk, bm) + E);
+  // Index scratch: one allocation.
+  size_t n_i32 = size_t(E) * 3 + 1 + size_t(Tk) * 3 + size_t(max_tiles) * 2 + 1;
+  Buffer ib = c.scratch(n_i32 * 4);
+  int32_t* p = static_cast<int32_t*>(ib.data());
+  MoeIndex I{};
+  I.counts = p; p += E;
+  I.offsets = p; p += E + 1;
+  I.fill = p; p += E;
+  I.sorted_tok = p; p += Tk;
+  I.sorted_pair = p; p += Tk;
+  I.pos_of = p; p += Tk;
+  I.tile_e = p; p += max_tiles;
+  I.tile_r0 = p; p += max_tiles;
+  I.n_tiles = p;
+  DIL_CUDA(cudaMemsetAsync(I.counts, 0, size_t(E) * 4, c.stream));
+  const int32_t* idx = a.route_idx.ptr<int32_t>();
+  moe_count_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, E, I.counts);
+  DIL_LAUNCH_CHECK("moe_count_kernel");
+  moe_scan_kernel<<<1, 32, 0, c.stream>>>(I, E, max_tiles, bm);
+  DIL_LAUNCH_CHECK("moe_scan_kernel");
+  moe_scatter_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, k, E, I);
+  DIL_LAUNCH_CHECK("moe_scatter_kernel");
+
+  const float* x = a.x.ptr<float>();
+  Buffer xq;
+  // As linear(): activations are quantized only in front of FP8/FP4 weights.
+  const Weight::Kind kind = (*a.w1)[0].kind;
+  const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
+  if (quant) {  // the tokens' FP8 QDQ, shared by every expert they visit
+    xq = c.scratch(size_t(T * D) * 4);
+    DIL_CUDA(cudaMemcpyAsync(xq.data(), x, size_t(T * D) * 4, cudaMemcpyDeviceToDevice, c.stream));
+    fp8_qdq(c, static_cast<float*>(xq.data()), T, D, int(D), a.act_block);
+    x = static_cast<float*>(xq.data());
+  }
+  // Sorted rows are bounded by Tk; buffers sized for that.
+  Buffer gb = c.scratch(size_t(Tk * Idim) * 4), ub = c.scratch(size_t(Tk * Idim) * 4);
+  float* g = static_cast<float*>(gb.data());
+  float* u = static_cast<float*>(ub.data());
+  auto grouped_gemm = [&](const float* xin, int64_t ldx, const int32_t* gather, const WView* tab, float* o,
+                          int64_t N, int64_t K, const char* what) {
+    if (few) {
+      dim3 grid(unsigned(ceil_div(N, kGemvThreads)), unsigned(max_tiles));
+      moe_gemv_kernel<<<grid, kGemvThreads, 0, c.stream>>>(xin, ldx, gather, tab, I, o, N, N, K);
+    } else {
+      dim3 grid(unsigned(ceil_div(N, kBN)), unsigned(max_tiles));
+      moe_gemm_kernel<<<grid, kGemmThreads, 0, c.stream>>>(xin, ldx, gather, tab, I, o, N, N, K);
+    }
+    DIL_LAUNCH_CHECK(what);
+  };
+  grouped_gemm(x, D, I.sorted_tok, t1, g, Idim, D, "moe grouped gemm (w1)");
+  grouped_gemm(x, D, I.sorted_tok, t3, u, Idim, D, "moe grouped gemm (w3)");
+  moe_swiglu_kernel<<<stride_grid(Tk * Idim), 256, 0, c.stream>>>(g, u, a.route_w.ptr<float>(), I.sorted_pair,
+                                                                   I.offsets, E, a.swiglu_limit, g, Idim);
+  DIL_LAUNCH_CHECK("moe_swiglu_kernel");
+  if (quant) {
+    int64_t warps = Tk * ceil_div(Idim, a.act_block);
+    moe_fp8_qdq_rows_kernel<<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(g, I.offsets, E, Idim, a.act_block);
+    DIL_LAUNCH_CHECK("moe_fp8_qdq_rows_kernel");
+  }
+  Buffer yb = c.scratch(size_t(Tk * D) * 4);
+  float* y = static_cast<float*>(yb.data());
+  grouped_gemm(g, Idim, nullptr, t2, y, D, Idim, "moe grouped gemm (w2)");
+  moe_combine_kernel<<<stride_grid(T * D), 256, 0, c.stream>>>(y, I.pos_of, T, k, D, a.out.ptr<float>());
+  DIL_LAUNCH_CHECK("moe_combine_kernel");
+}
+
+}  // namespace dil::cuda

@@ -1,0 +1,91 @@
+// Launchers of the CUDA backend, one group per op family (one .cu file each). They enqueue
+// work on ctx.stream and never wait for the device. Semantics: backend/backend.h and the CPU
+// reference (src/kernels/cpu), which these must equal.
+#pragma once
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kernels/cuda/arena.h"
+#include "kernels/cuda/common.cuh"
+
+namespace dil::cuda {
+
+// A checkpoint weight as the kernels read it (device pointers, plain data).
+struct WView {
+  const void* w = nullptr;        // F32 / BF16 / E4M3 [N, K]; FP4: bytes [N, K/2]
+  const uint8_t* scale = nullptr; // FP8: E8M0 [ceil(N/bn), ceil(K/bk)]; FP4: E8M0 [N, K/32]
+  int kind = 0;                   // Weight::Kind as int
+  int bn = 0, bk = 0;
+  int pad_ = 0;                   // no uninitialised padding: tables are compared bytewise
+  int64_t n = 0, k = 0;
+  int64_t scale_cols = 0;
+};
+WView make_wview(const Weight& w);
+
+struct Ctx {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  std::shared_ptr<Arena> arena;
+  Buffer lt_workspace;         // cuBLASLt workspace
+  bool use_cublaslt = true;    // false: every GEMM on our own SIMT kernel (DIL_CUDA_GEMM=simt)
+  bool warned_fp8 = false, warned_bf16 = false;
+  // Scale layouts handed to cuBLASLt's block-scaled FP8 GEMM (DIL_LT_FP8_LAYOUT="ab", default
+  // "00"): a = 0: weight scales [N/128][ceil4(K/128)] (K blocks fastest), 1: [K/128][ceil4(N/128)];
+  // b = 0: activation scales [K/128][Mp] (tokens fastest), 1: [Mp][K/128].
+  int lt_a_layout = 0, lt_b_layout = 0;  // one stderr line each when cuBLASLt declines
+  // Per-expert weight tables of moe_experts, uploaded once per expert list; the host copy
+  // detects a list that changed (or a new list at a reused address) and triggers a re-upload.
+  struct ExpertTable {
+    std::vector<WView> host;
+    Buffer dev;
+  };
+  std::unordered_map<const void*, ExpertTable> expert_tables;
+  Buffer scratch(size_t bytes) { return arena->get(bytes); }
+};
+
+// elementwise.cu
+void fill_f32(Ctx& c, float* p, int64_t n, float v);
+void add(Ctx& c, const Tensor& a, const Tensor& b, Tensor out);
+void embed(Ctx& c, const Weight& table, const Tensor& ids, Tensor out);
+void rms_norm(Ctx& c, const Tensor& x, const Tensor& w, float eps, Tensor out);
+void rope(Ctx& c, Tensor x, const Tensor& pos, const RopeTable& t, bool inverse);
+void fp8_qdq(Ctx& c, float* x, int64_t rows, int64_t ld, int cols, int block);
+void fp4_qdq(Ctx& c, Tensor x, int block, bool e4m3_scale);
+void hadamard(Ctx& c, Tensor x);
+void swiglu(Ctx& c, const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out);
+void reset_state(Ctx& c, Tensor kv, Tensor score, const std::vector<int32_t>& slots);
+
+// gemm.cu. out[m, :] = W . x[m, :] over `groups` independent groups (grouped_linear).
+void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out);
+void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out);
+// SIMT GEMM core shared with the MoE: out[M, N] (ldo) = X[M, K] (ldx) . W^T (fp32 accumulate).
+void gemm_simt(Ctx& c, const float* x, int64_t ldx, int64_t m, const WView& w, int64_t w_row0,
+               float* out, int64_t ldo, int groups, int64_t x_gstride, int64_t o_gstride,
+               int64_t w_gstride);
+
+// mhc.cu
+void hc_mix(Ctx& c, const Tensor& X, const HcArgs& a, Tensor pre, Tensor post, Tensor comb);
+void hc_collapse(Ctx& c, const Tensor& X, const Tensor& pre, Tensor out);
+void hc_post(Ctx& c, const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out);
+void hc_expand(Ctx& c, const Tensor& e, int n, Tensor X);
+
+// attention.cu
+void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m);
+void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m);
+void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
+                 const StepMeta& m);
+
+// compressor.cu
+void compressor(Ctx& c, const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m);
+
+// indexer.cu
+void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m);
+
+// moe.cu
+void moe_route(Ctx& c, const MoeRouteArgs& a);
+void moe_experts(Ctx& c, const MoeExpertsArgs& a);
+
+}  // namespace dil::cuda

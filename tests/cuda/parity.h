@@ -1,0 +1,259 @@
+// Helpers of the CPU-vs-CUDA parity tests: a fixture holding both backends (skipping when no
+// GPU is visible), seeded random host data (never zeros), device copies, NaN-poisoned
+// outputs, and an element-by-element comparison that prints one PARITY line per check
+// (scripts/gpu-check collects them into its summary table).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace dil::test {
+
+// Uniform in [-a, a], never exactly zero.
+inline std::vector<float> rnd(size_t n, uint32_t seed, float a = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-a, a);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    do x = u(rng); while (x == 0.0f);
+  }
+  return v;
+}
+
+inline std::vector<int32_t> rnd_int(size_t n, uint32_t seed, int lo, int hi) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> u(lo, hi);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// Random checkpoint bytes: FP8 e4m3 codes without the NaN codes, E8M0 scales near 2^0.
+inline std::vector<uint8_t> rnd_fp8(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) {
+    do b = uint8_t(rng()); while ((b & 0x7f) == 0x7f);
+  }
+  return v;
+}
+inline std::vector<uint8_t> rnd_e8m0(size_t n, uint32_t seed, int lo = 117, int hi = 127) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> u(lo, hi);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = uint8_t(u(rng));
+  return v;
+}
+inline std::vector<uint8_t> rnd_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = uint8_t(rng());
+  return v;
+}
+inline std::vector<uint16_t> rnd_bf16(size_t n, uint32_t seed, float a = 1.0f) {
+  auto f = rnd(n, seed, a);
+  std::vector<uint16_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = f32_to_bf16(f[i]);
+  return v;
+}
+
+// A checkpoint weight in host memory (storage kept alive by the struct).
+struct HostWeight {
+  std::vector<uint8_t> w, scale;
+  Weight wt;
+};
+inline HostWeight make_weight(Weight::Kind kind, int64_t out, int64_t in, int block, uint32_t seed) {
+  HostWeight h;
+  Weight& w = h.wt;
+  w.kind = kind;
+  w.out = out;
+  w.in = in;
+  switch (kind) {
+    case Weight::Kind::F32: {
+      auto f = rnd(size_t(out * in), seed, 0.5f);
+      h.w.resize(f.size() * 4);
+      std::memcpy(h.w.data(), f.data(), h.w.size());
+      w.w = Tensor(h.w.data(), DType::F32, {out, in});
+      break;
+    }
+    case Weight::Kind::BF16: {
+      auto b = rnd_bf16(size_t(out * in), seed, 0.5f);
+      h.w.resize(b.size() * 2);
+      std::memcpy(h.w.data(), b.data(), h.w.size());
+      w.w = Tensor(h.w.data(), DType::BF16, {out, in});
+      break;
+    }
+    case Weight::Kind::FP8: {
+      h.w = rnd_fp8(size_t(out * in), seed);
+      int64_t so = (out + block - 1) / block, si = (in + block - 1) / block;
+      h.scale = rnd_e8m0(size_t(so * si), seed + 1);
+      w.w = Tensor(h.w.data(), DType::F8E4M3, {out, in});
+      w.scale = Tensor(h.scale.data(), DType::E8M0, {so, si});
+      w.block_out = w.block_in = block;
+      break;
+    }
+    case Weight::Kind::FP4: {
+      h.w = rnd_bytes(size_t(out * in / 2), seed);
+      h.scale = rnd_e8m0(size_t(out * (in / 32)), seed + 1, 120, 124);
+      w.w = Tensor(h.w.data(), DType::I8, {out, in / 2});
+      w.scale = Tensor(h.scale.data(), DType::E8M0, {out, in / 32});
+      w.block_out = 1;
+      w.block_in = 32;
+      break;
+    }
+  }
+  return h;
+}
+
+struct Stats {
+  double max_abs = 0, rel_l2 = 0, max_ref = 0;
+  size_t bad = 0;  // non-finite outputs or elements over the per-element bound
+};
+
+class CudaParity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    cpu = make_backend(BackendKind::CPU);
+    gpu = make_backend(BackendKind::CUDA);
+  }
+
+  // Device copy of host data (kept alive by the fixture).
+  template <typename T>
+  Tensor dev(const std::vector<T>& h, DType dt, std::initializer_list<int64_t> dims) {
+    Tensor t(nullptr, dt, dims, Device::CUDA);
+    bufs.push_back(gpu->alloc(t.nbytes() ? t.nbytes() : 1));
+    t.data = bufs.back().data();
+    if (t.nbytes()) gpu->upload(t, h.data());
+    return t;
+  }
+  Tensor devf(const std::vector<float>& h, std::initializer_list<int64_t> dims) { return dev(h, DType::F32, dims); }
+  Tensor devi(const std::vector<int32_t>& h, std::initializer_list<int64_t> dims) { return dev(h, DType::I32, dims); }
+  // A device output filled with NaN (i32 outputs get the NaN bit pattern, an invalid index).
+  Tensor poisoned(DType dt, std::initializer_list<int64_t> dims) {
+    Tensor t(nullptr, dt, dims, Device::CUDA);
+    bufs.push_back(gpu->alloc(t.nbytes() ? t.nbytes() : 4));
+    t.data = bufs.back().data();
+    Tensor f = t;
+    f.dtype = DType::F32;
+    if (t.numel()) gpu->fill(f, NAN);
+    return t;
+  }
+  template <typename T>
+  std::vector<T> down(const Tensor& t) {
+    std::vector<T> h(size_t(t.numel()));
+    if (!h.empty()) gpu->download(h.data(), t);
+    return h;
+  }
+  // StepMeta with device copies of the host fields.
+  void upload_meta(StepMeta& m) {
+    m.q_start = devi(m.h_q_start, {int64_t(m.h_q_start.size())});
+    m.len = devi(m.h_len, {int64_t(m.h_len.size())});
+    m.start_pos = devi(m.h_start_pos, {int64_t(m.h_start_pos.size())});
+    m.slot = devi(m.h_slot, {int64_t(m.h_slot.size())});
+    m.tok_pos = devi(m.h_tok_pos, {int64_t(m.h_tok_pos.size())});
+    m.tok_seq = devi(m.h_tok_seq, {int64_t(m.h_tok_seq.size())});
+    if (!m.h_block_table.empty()) m.block_table = devi(m.h_block_table, {int64_t(m.h_block_table.size())});
+  }
+  Weight dev_weight(const HostWeight& h) { return gpu->adopt_weight(h.wt); }
+
+  // Compares every element; `rel_tol` bounds ||gpu-cpu|| / ||cpu||, `abs_tol` each element's
+  // |gpu-cpu| relative to max|cpu| (0, 0: bit-identical required).
+  Stats compare(const std::string& op, const std::string& shape, const std::vector<float>& got,
+                const std::vector<float>& ref, double rel_tol, double abs_tol) {
+    Stats s;
+    EXPECT_EQ(got.size(), ref.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size() && i < got.size(); ++i) s.max_ref = std::max(s.max_ref, std::fabs(double(ref[i])));
+    for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+      double d = double(got[i]) - double(ref[i]);
+      bool exact = std::memcmp(&got[i], &ref[i], 4) == 0;
+      if (!std::isfinite(got[i]) && !exact) {
+        ++s.bad;
+        continue;
+      }
+      if (exact) d = 0;
+      s.max_abs = std::max(s.max_abs, std::fabs(d));
+      if (std::fabs(d) > abs_tol * std::max(1.0, s.max_ref)) ++s.bad;
+      num += d * d;
+      den += double(ref[i]) * ref[i];
+    }
+    s.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    std::printf("PARITY | %-22s | %-34s | max_abs %.3e | rel_l2 %.3e | tol rel %.0e abs %.0e | %s\n", op.c_str(),
+                shape.c_str(), s.max_abs, s.rel_l2, rel_tol, abs_tol,
+                (s.bad == 0 && s.rel_l2 <= rel_tol) ? "ok" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_EQ(s.bad, 0u) << op << " " << shape << ": elements non-finite or over the bound";
+    EXPECT_LE(s.rel_l2, rel_tol) << op << " " << shape;
+    return s;
+  }
+  void compare_exact_i32(const std::string& op, const std::string& shape, const std::vector<int32_t>& got,
+                         const std::vector<int32_t>& ref) {
+    size_t diff = 0;
+    EXPECT_EQ(got.size(), ref.size());
+    for (size_t i = 0; i < ref.size() && i < got.size(); ++i) diff += got[i] != ref[i];
+    std::printf("PARITY | %-22s | %-34s | %zu of %zu indices differ | exact | %s\n", op.c_str(), shape.c_str(), diff,
+                ref.size(), diff == 0 ? "ok" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_EQ(diff, 0u) << op << " " << shape;
+  }
+
+  std::unique_ptr<Backend> cpu, gpu;
+  std::vector<Buffer> bufs;
+};
+
+inline Tensor host_view(std::vector<float>& v, std::initializer_list<int64_t> dims) {
+  return Tensor(v.data(), DType::F32, dims);
+}
+inline Tensor host_view(std::vector<int32_t>& v, std::initializer_list<int64_t> dims) {
+  return Tensor(v.data(), DType::I32, dims);
+}
+
+// StepMeta for sequences given as (start_pos, len, slot, blocks).
+struct Seq {
+  int start_pos, len, slot;
+  std::vector<int32_t> blocks;
+};
+inline StepMeta make_meta(const std::vector<Seq>& seqs, int block_tokens = 128) {
+  StepMeta m;
+  m.n_seqs = int(seqs.size());
+  m.block_tokens = block_tokens;
+  for (const auto& s : seqs) m.max_blocks = std::max<int>(m.max_blocks, int(s.blocks.size()));
+  int q = 0;
+  for (int i = 0; i < m.n_seqs; ++i) {
+    const auto& s = seqs[i];
+    m.h_q_start.push_back(q);
+    m.h_len.push_back(s.len);
+    m.h_start_pos.push_back(s.start_pos);
+    m.h_slot.push_back(s.slot);
+    for (int j = 0; j < s.len; ++j) {
+      m.h_tok_pos.push_back(s.start_pos + j);
+      m.h_tok_seq.push_back(i);
+    }
+    for (int b = 0; b < m.max_blocks; ++b) m.h_block_table.push_back(b < int(s.blocks.size()) ? s.blocks[b] : -1);
+    q += s.len;
+  }
+  m.n_tokens = q;
+  return m;
+}
+
+// Distinct physical blocks for every sequence: seq i gets blocks base + i*n_blocks + j, in a
+// shuffled order so logical and physical indices differ.
+inline std::vector<int32_t> block_list(int n, int base, uint32_t seed) {
+  std::vector<int32_t> b(n);
+  for (int j = 0; j < n; ++j) b[j] = base + j;
+  std::mt19937 rng(seed);
+  std::shuffle(b.begin(), b.end(), rng);
+  return b;
+}
+
+}  // namespace dil::test

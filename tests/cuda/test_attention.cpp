@@ -1,0 +1,209 @@
+// Parity of attention and its state: sparse attention with a sink over window + compressed
+// rows (CSA with indexer picks, HCA with all rows, SWA only, V4.1 ratio 2), the SWA ring
+// write, the paged write and the compressor recurrence, at 64 heads x 512 with awkward
+// chunks (1 token, 17 tokens, window and compression boundaries, 1M positions).
+#include <algorithm>
+
+#include "parity.h"
+
+namespace dil::test {
+namespace {
+
+constexpr int64_t kH = 64, kD = 512, kW = 128;
+
+struct AttnCase {
+  const char* what;
+  std::vector<Seq> seqs;  // blocks filled in by the test
+  int ratio;              // 0: SWA only
+  bool with_idx;          // indexer picks (K = 512) instead of all visible rows
+  int64_t n_blocks;       // physical compressed blocks
+};
+
+class CudaAttention : public CudaParity {
+ protected:
+  void run(AttnCase c, uint32_t seed) {
+    const int rpb = c.ratio ? int(128 / c.ratio) : 0;
+    int base = 0;
+    for (auto& s : c.seqs) {
+      if (!c.ratio) continue;
+      int rows = (s.start_pos + s.len) / c.ratio;
+      int nb = std::max(1, (rows + rpb - 1) / rpb);
+      s.blocks = block_list(nb, base, seed + base);
+      base += nb;
+    }
+    ASSERT_LE(base, c.n_blocks);
+    StepMeta m = make_meta(c.seqs);
+    const int64_t T = m.n_tokens, n_slots = 4;
+    auto q = rnd(size_t(T * kH * kD), seed + 1), kv = rnd(size_t(T * kD), seed + 2);
+    auto ring = rnd(size_t(n_slots * kW * kD), seed + 3);
+    auto comp = c.ratio ? rnd(size_t(c.n_blocks * rpb * kD), seed + 4) : std::vector<float>();
+    auto sink = rnd(size_t(kH), seed + 5, 2.0f);
+    const int64_t K = 512;
+    std::vector<int32_t> idx;
+    if (c.with_idx) {
+      idx.assign(size_t(T * K), -1);
+      std::mt19937 rng(seed + 6);
+      for (int64_t t = 0; t < T; ++t) {
+        int vis = (m.h_tok_pos[t] + 1) / c.ratio;
+        std::vector<int32_t> all(static_cast<size_t>(vis));
+        for (int r = 0; r < vis; ++r) all[r] = r;
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int64_t k = 0; k < std::min<int64_t>(K, vis); ++k) idx[t * K + k] = all[k];
+        if (vis > 3) idx[t * K + 1] = vis + 5;  // beyond the visible rows: must be skipped
+      }
+    }
+    AttnArgs ha;
+    ha.q = host_view(q, {T, kH, kD});
+    ha.kv_new = host_view(kv, {T, kD});
+    ha.ring = host_view(ring, {n_slots, kW, kD});
+    if (c.ratio) ha.comp = host_view(comp, {c.n_blocks, rpb, kD});
+    ha.comp_ratio = c.ratio;
+    ha.rows_per_block = rpb;
+    if (c.with_idx) ha.comp_idx = host_view(idx, {T, K});
+    ha.sink = host_view(sink, {kH});
+    ha.scale = 1.0f / std::sqrt(float(kD));
+    ha.window = int(kW);
+    std::vector<float> ref(q.size());
+    ha.out = host_view(ref, {T, kH, kD});
+    cpu->sparse_attention(ha, m);
+
+    StepMeta gm = m;
+    upload_meta(gm);
+    AttnArgs ga = ha;
+    ga.q = devf(q, {T, kH, kD});
+    ga.kv_new = devf(kv, {T, kD});
+    ga.ring = devf(ring, {n_slots, kW, kD});
+    if (c.ratio) ga.comp = devf(comp, {c.n_blocks, rpb, kD});
+    if (c.with_idx) ga.comp_idx = devi(idx, {T, K});
+    ga.sink = devf(sink, {kH});
+    ga.out = poisoned(DType::F32, {T, kH, kD});
+    gpu->sparse_attention(ga, gm);
+    compare("sparse_attention", c.what, down<float>(ga.out), ref, 1e-6, 1e-6);
+  }
+};
+
+TEST_F(CudaAttention, CsaWithIndexerPicks) {
+  // Prefill chunk straddling compression boundaries, a decode token inside the first window,
+  // the very first token.
+  run({"csa m4 K512 T=19 (17@4000,1@7,1@0)", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 201);
+}
+
+TEST_F(CudaAttention, HcaAllRows) {
+  run({"hca m128 all rows T=18 (17@300,1@1M)", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 211);
+}
+
+TEST_F(CudaAttention, SwaOnly) {
+  run({"swa T=20 (17@0,3@126)", {{0, 17, 0, {}}, {126, 3, 2, {}}}, 0, false, 0}, 221);
+}
+
+TEST_F(CudaAttention, V41Ratio2) {
+  run({"v41 m2 K512 T=18 (17@2040,1@129)", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 231);
+}
+
+TEST_F(CudaParity, RingWrite) {
+  StepMeta m = make_meta({{0, 200, 1, {}}, {127, 3, 3, {}}, {5, 1, 0, {}}});
+  const int64_t T = m.n_tokens, S = 4;
+  auto kv = rnd(size_t(T * kD), 241), ring = rnd(size_t(S * kW * kD), 242);
+  Tensor gring = devf(ring, {S, kW, kD});
+  StepMeta gm = m;
+  upload_meta(gm);
+  cpu->ring_write(host_view(kv, {T, kD}), host_view(ring, {S, kW, kD}), m);
+  gpu->ring_write(devf(kv, {T, kD}), gring, gm);
+  compare("ring_write", "T=204 (200@0 wraps, 3@127, 1@5)", down<float>(gring), ring, 0, 0);
+}
+
+// Rows a compressor emits during the step (sequence, window) order.
+EmitPlan make_plan(const StepMeta& m, int ratio) {
+  EmitPlan p;
+  for (int s = 0; s < m.n_seqs; ++s)
+    for (int i = 0; i < m.h_len[s]; ++i) {
+      int pos = m.h_start_pos[s] + i;
+      if ((pos + 1) % ratio) continue;
+      p.h_seq.push_back(s);
+      p.h_row.push_back(pos / ratio);
+      p.h_pos.push_back((pos / ratio) * ratio);
+    }
+  p.n = int(p.h_seq.size());
+  return p;
+}
+
+struct CompCase {
+  const char* what;
+  int ratio, dc;
+  bool overlap, ape;
+};
+
+TEST_F(CudaParity, Compressor) {
+  for (CompCase c : {CompCase{"v4 csa m4 overlap dc512", 4, 512, true, true},
+                     CompCase{"v4 indexer m4 overlap dc128", 4, 128, true, true},
+                     CompCase{"v4 hca m128 dc512", 128, 512, false, true},
+                     CompCase{"v41 m2 dc512 no ape", 2, 512, false, false}}) {
+    // Fresh sequence (reset), decode tokens, a chunk crossing the 128 boundary.
+    StepMeta m = make_meta({{0, 17, 0, {}}, {6, 1, 1, {}}, {125, 7, 2, {}}, {3, 1, 3, {}}, {255, 1, 4, {}}});
+    const int64_t T = m.n_tokens, S = 5, C = int64_t(c.overlap ? 2 : 1) * c.dc,
+                  rows = int64_t(c.overlap ? 2 : 1) * c.ratio;
+    auto a = rnd(size_t(T * C), 251), g = rnd(size_t(T * C), 252, 3.0f), ape = rnd(size_t(c.ratio * C), 253);
+    auto skv = rnd(size_t(S * rows * C), 254), ssc = rnd(size_t(S * rows * C), 255, 3.0f);
+    std::vector<int32_t> reset = {0};
+    cpu->reset_state(host_view(skv, {S, rows, C}), host_view(ssc, {S, rows, C}), reset);
+    EmitPlan plan = make_plan(m, c.ratio);
+    std::vector<float> out(size_t(std::max(1, plan.n) * c.dc));
+    CompressorArgs ha;
+    ha.a = host_view(a, {T, C});
+    ha.g = host_view(g, {T, C});
+    if (c.ape) ha.ape = host_view(ape, {c.ratio, C});
+    ha.state_kv = host_view(skv, {S, rows, C});
+    ha.state_score = host_view(ssc, {S, rows, C});
+    ha.ratio = c.ratio;
+    ha.overlap = c.overlap;
+    ha.dc = c.dc;
+    ha.out = host_view(out, {std::max(1, plan.n), c.dc});
+    // Device side starts from the same (already reset) state.
+    CompressorArgs ga = ha;
+    ga.a = devf(a, {T, C});
+    ga.g = devf(g, {T, C});
+    if (c.ape) ga.ape = devf(ape, {c.ratio, C});
+    ga.state_kv = devf(skv, {S, rows, C});
+    ga.state_score = devf(ssc, {S, rows, C});
+    ga.out = poisoned(DType::F32, {std::max(1, plan.n), c.dc});
+    EmitPlan gplan = plan;
+    if (plan.n) {
+      gplan.seq = devi(plan.h_seq, {plan.n});
+      gplan.row = devi(plan.h_row, {plan.n});
+      gplan.pos = devi(plan.h_pos, {plan.n});
+    }
+    StepMeta gm = m;
+    upload_meta(gm);
+    cpu->compressor(ha, plan, m);
+    gpu->compressor(ga, gplan, gm);
+    std::string sh = std::string(c.what) + " emits " + std::to_string(plan.n);
+    if (plan.n) {
+      auto got = down<float>(ga.out);
+      got.resize(size_t(plan.n * c.dc));
+      out.resize(size_t(plan.n * c.dc));
+      compare("compressor rows", sh, got, out, 1e-7, 3e-7);
+    }
+    compare("compressor state kv", sh, down<float>(ga.state_kv), skv, 0, 0);
+    compare("compressor state score", sh, down<float>(ga.state_score), ssc, 0, 0);
+
+    // The paged write of those rows (rows per block = 128 / ratio).
+    if (!plan.n) continue;
+    const int rpb = 128 / c.ratio;
+    StepMeta pm = m;
+    pm.max_blocks = 4;
+    pm.h_block_table.clear();
+    for (int s = 0; s < m.n_seqs; ++s)
+      for (int b = 0; b < 4; ++b) pm.h_block_table.push_back(s * 4 + (3 - b));
+    StepMeta gpm = pm;
+    upload_meta(gpm);
+    const int64_t nb = 4 * m.n_seqs;
+    auto cache = rnd(size_t(nb * rpb * c.dc), 256);
+    Tensor gcache = devf(cache, {nb, rpb, c.dc});
+    cpu->paged_write(host_view(out, {plan.n, c.dc}), host_view(cache, {nb, rpb, c.dc}), rpb, plan, pm);
+    gpu->paged_write(devf(out, {plan.n, c.dc}), gcache, rpb, gplan, gpm);
+    compare("paged_write", sh, down<float>(gcache), cache, 0, 0);
+  }
+}
+
+}  // namespace
+}  // namespace dil::test

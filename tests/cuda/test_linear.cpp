@@ -1,0 +1,114 @@
+// Parity of the dense projections at V4-Flash / V4.1-Flash shapes: FP8 128x128 with FP8
+// activations (cuBLASLt block-scaled path), FP8 32x32 (V4.1, own kernel), FP8 dequantized
+// (wo_a, grouped), FP4 experts with FP8 activations, BF16 and F32 (compressor, router, head).
+// Tolerances: the SIMT kernel accumulates in double like the reference (bit-identical); the
+// cuBLASLt paths are bounded as docs/kernels.md states.
+#include <cstdlib>
+#include <cstring>
+
+#include "parity.h"
+
+namespace dil::test {
+namespace {
+
+bool simt_only() {
+  const char* g = std::getenv("DIL_CUDA_GEMM");
+  return g && std::strcmp(g, "simt") == 0;
+}
+
+struct LinCase {
+  Weight::Kind kind;
+  int64_t out, in;
+  int block;  // FP8 weight block
+  int act;    // activation block (0: none)
+  int64_t T;
+  const char* what;
+};
+
+class CudaLinear : public CudaParity {
+ protected:
+  void run(const LinCase& c, uint32_t seed) {
+    HostWeight hw = make_weight(c.kind, c.out, c.in, c.block, seed);
+    Weight gw = dev_weight(hw);
+    auto x = rnd(size_t(c.T * c.in), seed + 7, 3.0f);
+    std::vector<float> ref(size_t(c.T * c.out));
+    cpu->linear(host_view(x, {c.T, c.in}), hw.wt, c.act, host_view(ref, {c.T, c.out}));
+    Tensor go = poisoned(DType::F32, {c.T, c.out});
+    gpu->linear(devf(x, {c.T, c.in}), gw, c.act, go);
+    // Paths through cuBLASLt (unless DIL_CUDA_GEMM=simt): FP8 128x128 with act 128, BF16.
+    const bool lt_fp8 = !simt_only() && c.kind == Weight::Kind::FP8 && c.block == 128 && c.act == 128;
+    const bool lt_bf16 = !simt_only() && c.kind == Weight::Kind::BF16;
+    double rel = 0, abs = 0;
+    std::string path = "simt";
+    if (lt_fp8) {
+      rel = 2e-3;  // FP8 tensor-core products, fp32 promotion per 128-block; bf16 output if Lt needs it
+      abs = 2e-2;
+      path = "cublasLt fp8";
+    } else if (lt_bf16) {
+      rel = 2e-5;  // x split into two bf16 terms: ~2^-17 per activation
+      abs = 1e-4;
+      path = "cublasLt bf16x2";
+    }
+    compare(std::string("linear ") + path, c.what, down<float>(go), ref, rel, abs);
+  }
+};
+
+TEST_F(CudaLinear, V4Fp8BlockScaled) {
+  using K = Weight::Kind;
+  run({K::FP8, 1024, 4096, 128, 128, 17, "wq_a [1024,4096] T=17"}, 101);
+  run({K::FP8, 1024, 4096, 128, 128, 1, "wq_a [1024,4096] T=1"}, 102);
+  run({K::FP8, 4096, 8192, 128, 128, 17, "wo_b [4096,8192] T=17"}, 103);
+  run({K::FP8, 512, 4096, 128, 128, 3, "wkv [512,4096] T=3"}, 104);
+  run({K::FP8, 8192, 1024, 128, 128, 17, "idx wq_b [8192,1024] T=17"}, 105);
+}
+
+TEST_F(CudaLinear, V41Fp8Blocks32) {
+  using K = Weight::Kind;
+  run({K::FP8, 1280, 5120, 32, 32, 17, "v41 wq_a [1280,5120] T=17"}, 111);
+  run({K::FP8, 512, 5120, 32, 32, 1, "v41 wkv [512,5120] T=1"}, 112);
+  run({K::FP8, 5120, 2304, 32, 32, 5, "v41 shared w2 [5120,2304] T=5"}, 113);
+}
+
+TEST_F(CudaLinear, Fp4ExpertsAndDequantizedFp8) {
+  using K = Weight::Kind;
+  run({K::FP4, 2048, 4096, 32, 128, 17, "v4 expert w1 [2048,4096] act128"}, 121);
+  run({K::FP4, 4096, 2048, 32, 128, 1, "v4 expert w2 [4096,2048] T=1"}, 122);
+  run({K::FP4, 2304, 5120, 32, 32, 7, "v41 expert w1 [2304,5120] act32"}, 123);
+  run({K::FP8, 1024, 4096, 128, 0, 17, "fp8 dequantized, no act quant"}, 124);
+}
+
+TEST_F(CudaLinear, Bf16AndF32) {
+  using K = Weight::Kind;
+  run({K::BF16, 1024, 4096, 0, 0, 17, "compressor wkv [1024,4096] T=17"}, 131);
+  run({K::BF16, 256, 4096, 0, 128, 1, "router [256,4096] T=1 (act ignored)"}, 132);
+  run({K::BF16, 64, 4096, 0, 0, 17, "idx weights_proj [64,4096]"}, 133);
+  run({K::BF16, 129280 / 8, 4096, 0, 0, 2, "head slice [16160,4096] T=2"}, 134);
+  run({K::F32, 384, 5120, 0, 0, 17, "f32 [384,5120]"}, 135);
+  run({K::BF16, 100, 72, 0, 0, 17, "odd [100,72]"}, 136);
+}
+
+TEST_F(CudaParity, GroupedLinearWoA) {
+  // wo_a: x [T, 8, 4096] -> [T, 8, 1024], FP8 weight dequantized, no activation quant.
+  for (int64_t T : {1, 17}) {
+    HostWeight hw = make_weight(Weight::Kind::FP8, 8192, 4096, 128, 141);
+    Weight gw = dev_weight(hw);
+    auto x = rnd(size_t(T * 8 * 4096), 142);
+    std::vector<float> ref(size_t(T * 8 * 1024));
+    cpu->grouped_linear(host_view(x, {T, 8, 4096}), hw.wt, 8, host_view(ref, {T, 8, 1024}));
+    Tensor go = poisoned(DType::F32, {T, 8, 1024});
+    gpu->grouped_linear(devf(x, {T, 8, 4096}), gw, 8, go);
+    compare("grouped_linear simt", "wo_a [8192,4096] G=8 T=" + std::to_string(T), down<float>(go), ref, 0, 0);
+  }
+  // V4.1 wo_a carries 32x32 blocks.
+  HostWeight hw = make_weight(Weight::Kind::FP8, 8192, 4096, 32, 143);
+  Weight gw = dev_weight(hw);
+  auto x = rnd(size_t(3 * 8 * 4096), 144);
+  std::vector<float> ref(size_t(3 * 8 * 1024));
+  cpu->grouped_linear(host_view(x, {3, 8, 4096}), hw.wt, 8, host_view(ref, {3, 8, 1024}));
+  Tensor go = poisoned(DType::F32, {3, 8, 1024});
+  gpu->grouped_linear(devf(x, {3, 8, 4096}), gw, 8, go);
+  compare("grouped_linear simt", "v41 wo_a 32x32 G=8 T=3", down<float>(go), ref, 0, 0);
+}
+
+}  // namespace
+}  // namespace dil::test
