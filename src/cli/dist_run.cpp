@@ -6,7 +6,8 @@
 
 namespace dil::cli {
 
-std::unique_ptr<DistRun> start_dist(const Args& args, int argc, char** argv, int* launcher_status) {
+std::unique_ptr<DistRun> start_dist(const Args& args, int argc, char** argv, int* launcher_status,
+                                    const char* default_device) {
   auto r = std::make_unique<DistRun>();
   r->req.nproc = int(args.get_int("nproc", 1));
   r->req.nnodes = int(args.get_int("nnodes", 1));
@@ -19,7 +20,7 @@ std::unique_ptr<DistRun> start_dist(const Args& args, int argc, char** argv, int
     *launcher_status = spawn_ranks(r->plan, r->req, argc + 1, argv - 1);  // argv[-1]: the program
     return nullptr;
   }
-  r->be = make_backend(parse_backend_kind(args.get("device", "cpu")), r->plan.local_rank);
+  r->be = make_backend(parse_backend_kind(args.get("device", default_device)), r->plan.local_rank);
   if (r->plan.dist.size > 1) r->comm = make_communicator(*r->be, r->plan.dist);
   return r;
 }

@@ -26,7 +26,9 @@ struct DistRun {
 // Reads the launch options. Returns nullptr when this process is the launcher (then
 // *launcher_status is the job's exit status); otherwise the backend (on this rank's GPU) and
 // communicator of this rank.
-std::unique_ptr<DistRun> start_dist(const Args& args, int argc, char** argv, int* launcher_status);
+// argc/argv: the subcommand's (argv[0] = its name, argv[-1] = the program).
+std::unique_ptr<DistRun> start_dist(const Args& args, int argc, char** argv, int* launcher_status,
+                                    const char* default_device = "cpu");
 
 // One step of this rank: `tokens` into `seq` (empty tokens: an idle step; seq may then be
 // null). Returns false, running nothing, when no rank had tokens.
