@@ -60,8 +60,8 @@ class NcclCommunicator : public Communicator {
           if (async != ncclSuccess && async != ncclInProgress)
             return str_cat("NCCL reported an asynchronous error: ", ncclGetErrorString(async));
           return "";
-        },
-        [this] { ncclCommAbort(comm_); });
+        });  // no ncclCommAbort before the exit: it can block behind a kernel waiting for the dead
+             // peer, and the process exit releases the GPU anyway
     std::fprintf(stderr, "dist: rank %d/%d on cuda:%d, NCCL %d\n", opt.rank, opt.size, dev, NCCL_VERSION_CODE);
   }
   ~NcclCommunicator() override {
