@@ -12,8 +12,11 @@
 
 namespace dil {
 
+// Sampling follows vLLM v1 (docs: vllm.v1.sample.sampler): logit bias, then penalties
+// (repetition on prompt+output tokens, multiplicative; frequency/presence on output tokens,
+// OpenAI's subtraction), then greedy or temperature -> min-p -> top-k -> top-p -> draw.
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy
+  float temperature = 1.0f;  // < 1e-5 = greedy (argmax, ties -> lowest id)
   int top_k = 0;             // 0 = off
   float top_p = 1.0f;
   float min_p = 0.0f;
@@ -22,11 +25,16 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;
   std::map<int32_t, float> logit_bias;
   std::optional<uint64_t> seed;  // seeded: draws keyed by (seed, position), batch-independent
-  int logprobs = -1;             // -1: none; 0: chosen token only; N: plus top-N
+  int logprobs = -1;             // -1: none; 0: chosen token only; N: plus top-N (N <= max_logprobs)
 };
 
+// Which distribution logprobs describe. Raw (vLLM's default "raw_logprobs"): log_softmax of the
+// model's logits before bias, penalties, temperature and filters. Processed: log_softmax of the
+// logits the token was drawn from (after all of them; masked tokens -inf).
+enum class LogprobsMode { Raw, Processed };
+
 struct StopParams {
-  int max_tokens = 16;
+  int max_tokens = 16;                  // >= 1; prompt + max_tokens <= max_model_len
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
 };
@@ -54,7 +62,8 @@ struct GenToken {
 struct GenOutput {
   std::vector<GenToken> tokens;         // new tokens since the previous output
   FinishReason finish = FinishReason::None;
-  int32_t stop_token = -1;              // the stop/EOS token that ended it (not in `tokens`)
+  int32_t stop_token = -1;              // the stop/EOS token that ended it (not in `tokens`,
+                                        // but counted in completion_tokens)
   std::string error;                    // when finish == Error
   int prompt_tokens = 0;
   int completion_tokens = 0;
@@ -81,6 +90,10 @@ struct EngineStats {
   double kv_usage = 0.0;  // fraction of KV blocks in use
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_used = 0;
+  int64_t kv_slots_total = 0;  // per-sequence state slots (SWA rings, compressor state)
+  int64_t kv_slots_used = 0;
+  int64_t kv_bytes_total = 0;  // blocks * bytes_per_block + slots * bytes_per_slot
+  int64_t kv_bytes_used = 0;
 };
 
 struct EngineInfo {
@@ -89,16 +102,26 @@ struct EngineInfo {
   int max_model_len = 0;
   int32_t eos_token_id = 1;
   int32_t bos_token_id = 0;
+  int block_tokens = 0;            // KV cache geometry chosen at start-up
+  int64_t kv_blocks = 0;
+  int kv_slots = 0;
+  int64_t kv_bytes_per_block = 0;
+  int64_t kv_bytes_per_slot = 0;
 };
 
 class Engine {
  public:
   virtual ~Engine() = default;
-  // Never blocks on model work. Invalid requests (too long, bad ids) finish with Error.
+  // Never blocks on model work. Invalid requests (too long, bad ids, an id already in flight)
+  // finish with Error on their stream. An empty id gets a generated one (stream->id()).
   virtual std::shared_ptr<RequestStream> submit(GenRequest req) = 0;
-  virtual void cancel(const std::string& id) = 0;  // frees the request's state within one step
+  // Frees the request's state within one step; its stream ends with Cancelled. Harmless for
+  // ids that already finished or never existed.
+  virtual void cancel(const std::string& id) = 0;
   virtual EngineStats stats() const = 0;
   virtual const EngineInfo& info() const = 0;
+  // Stops the engine thread; unfinished requests end with Error ("engine shut down").
+  // Idempotent; the destructor calls it.
   virtual void shutdown() = 0;
 };
 
@@ -112,6 +135,10 @@ struct EngineOptions {
   int64_t kv_blocks = 0;              // 0: derive from kv_memory_bytes
   int64_t kv_memory_bytes = 256ll << 20;
   int block_tokens = 128;
+  int kv_slots = 0;                   // state slots; 0: max_num_seqs
+  uint64_t seed = 0;                  // seeds requests without a seed; 0: from std::random_device
+  LogprobsMode logprobs_mode = LogprobsMode::Raw;
+  int max_logprobs = 20;              // largest accepted SamplingParams::logprobs
 };
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opts);  // throws dil::Error

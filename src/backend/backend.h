@@ -103,6 +103,15 @@ struct IndexerArgs {
   int topk = 512;
   Tensor out_idx;    // [T, topk] i32 logical rows, -1 padded; order: descending score
   bool sort_ascending = false;  // V4.1: selected rows sorted by index
+  // V4.1 two-level selection (model-spec §4.3). Blocks are cand_block consecutive rows.
+  // Candidate source: cand_out [T, cand_topk] i32 receives the top-cand_topk blocks by their
+  // best row score (the block holding the newest visible row always kept), ascending, -1
+  // padded; its own top-k is not restricted. Reindex: cand_in (a candidate source's cand_out
+  // from the same step) restricts the rows to those blocks. Both empty: V4 behaviour.
+  int cand_block = 0;
+  int cand_topk = 0;
+  Tensor cand_out;   // [T, cand_topk] i32
+  Tensor cand_in;    // [T, cand_topk] i32
 };
 
 struct MoeRouteArgs {
@@ -113,6 +122,8 @@ struct MoeRouteArgs {
   int topk = 6;
   float route_scale = 1.5f;
   float norm_eps = 0.0f;  // V4: 0, V4.1: 1e-20
+  Tensor bias_vl;    // [E] f32 V4.1 selection bias of image-span tokens (empty: none)
+  Tensor image_mask; // [T] i32, non-zero = image-span token (selects bias_vl); empty: text only
   Tensor out_w;      // [T, k] f32
   Tensor out_idx;    // [T, k] i32
 };
@@ -180,6 +191,14 @@ class Backend {
   virtual void moe_experts(const MoeExpertsArgs& a) = 0;
   // out = silu(min(g, limit)) * clamp(u, -limit, limit) [* w per row]; g,u,out [T, I]; w [T] or empty
   virtual void swiglu(const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out) = 0;
+
+  // V4.1 Engram gate and update (model-spec §4.5), per token t and stream j:
+  //   key_j = kv[t, jD:(j+1)D], value = kv[t, nD:(n+1)D], h = X[t, j];
+  //   s = sum_c h_c qk[j,c] key_jc * rsqrt(mean h^2 + eps) * rsqrt(mean key_j^2 + eps) * D^-0.5;
+  //   gate = sigmoid(sign(s) sqrt(max(|s|, 1e-6))), 0 where mask[t] != 0 (image span);
+  //   out[t, j] = h + gate * value.   X, out [T, n, D]; kv [T, (n+1)*D]; qk [n, D] f32; mask [T] i32 or empty.
+  virtual void engram_mix(const Tensor& X, const Tensor& kv, const Tensor& qk, const Tensor& mask, float eps,
+                          Tensor out) = 0;
 
   // Reset the recurrent state of the given slots (compressor scores -inf, kv 0).
   virtual void reset_state(Tensor state_kv, Tensor state_score, const std::vector<int32_t>& slots) = 0;

@@ -11,5 +11,8 @@ struct Command {
 int cmd_inspect(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
+int cmd_kv_report(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_render(int argc, char** argv);
 }  // namespace dil::cli

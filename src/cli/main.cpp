@@ -13,7 +13,10 @@ const Command kCommands[] = {
     {"inspect", "list a checkpoint's (or a config's expected) tensors and validate them", cmd_inspect},
     {"logits", "run the forward over token ids and write every position's logits (.npy)", cmd_logits},
     {"generate", "greedy generation from token ids", cmd_generate},
+    {"kv-report", "KV cache bytes per token / per sequence slot of a model config", cmd_kv_report},
     {"bench", "prefill / decode / ceilings benchmarks on dummy weights", cmd_bench},
+    {"tokenize", "encode/decode JSON lines with a tokenizer.json", cmd_tokenize},
+    {"render", "render chat messages to the model's prompt string (or --parse completions)", cmd_render},
 };
 
 int usage() {

@@ -148,6 +148,14 @@ ModelConfig load_config(const std::string& path) {
     c.dspark_topk = opt<int>(t, "dspark_num_experts_per_tok", 0);
     c.image_token_id = opt<int32_t>(root, "image_token_id", -1);
     c.has_vision = root.contains("vision_config");
+    if (c.has_vision) {
+      const json& v = root.at("vision_config");
+      c.vision_dim = req<int64_t>(v, "hidden_size", path);
+      c.vision_inter = req<int64_t>(v, "intermediate_size", path);
+      c.vision_layers = req<int>(v, "num_hidden_layers", path);
+      c.vision_patch = req<int>(v, "patch_size", path);
+      c.vision_downsample = opt<int>(v, "downsample_ratio", 1);
+    }
     if (c.engram_layers.size() != c.engram_num_embeddings.size())
       DIL_FAIL(path, ": engram_layer_ids and engram_num_embeddings differ in length");
   }

@@ -66,6 +66,9 @@ struct ModelConfig {
   int dspark_n_routed = 0, dspark_topk = 0;
   int32_t image_token_id = -1;
   bool has_vision = false;
+  // V4.1 vision_config (only used to list the vision tower's tensors, model-spec §2.3).
+  int64_t vision_dim = 0, vision_inter = 0;
+  int vision_layers = 0, vision_patch = 0, vision_downsample = 0;
 
   int ratio(int layer) const { return layer < int(compress_ratios.size()) ? compress_ratios[layer] : 0; }
   bool is_hash_layer(int layer) const { return layer < n_hash_layers; }

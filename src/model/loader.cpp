@@ -5,6 +5,7 @@
 #include "model/dummy_weights.h"
 #include "model/model.h"
 #include "model/schema.h"
+#include "model/v41_model.h"
 #include "model/v4_model.h"
 
 namespace dil {
@@ -55,7 +56,11 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
     DIL_FAIL(msg);
   }
   if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
-  DIL_FAIL("DeepSeek-V4.1 forward is not supported yet");
+  if (opt.comm && opt.comm->size() > 1) DIL_FAIL("expert parallelism (several ranks) is not supported for V4.1 yet");
+  const std::string tok = (fs::path(dir) / "tokenizer.json").string();
+  if (!cfg.engram_layers.empty() && !fs::exists(tok))
+    DIL_FAIL("model folder ", dir, " has no tokenizer.json (V4.1's Engram hashes derive from it)");
+  return std::make_unique<V41Model>(std::move(cfg), std::move(st), be, opt, tok);
 }
 
 }  // namespace dil

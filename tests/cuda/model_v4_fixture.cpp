@@ -129,7 +129,9 @@ TEST_F(V4TinyCuda, OfficialMode) {
   int same = 0;
   for (int i = 0; i < 40; ++i) same += g[size_t(i)] == c[size_t(i)];
   std::printf("MODEL | %-36s | greedy 40 steps: %d/40 equal to the CPU\n", path, same);
-  if (simt_only()) EXPECT_EQ(g, c);
+  if (simt_only()) {
+    EXPECT_EQ(g, c);
+  }
 }
 
 }  // namespace

@@ -200,3 +200,32 @@ TEST_F(CudaParity, ResetState) {
 
 }  // namespace
 }  // namespace dil::test
+
+namespace dil::test {
+namespace {
+
+// Device-event timing: marks do not wait for the stream, elapsed_ms waits for the later mark
+// and measures the work between the marks (a 1 GiB fill takes well over a microsecond).
+TEST_F(CudaParity, EventTiming) {
+  const int64_t n = int64_t(1) << 28;  // 1 GiB of f32
+  Tensor big = poisoned(DType::F32, {n});
+  int a = gpu->record_event();
+  gpu->fill(big, 1.5f);
+  int b = gpu->record_event();
+  gpu->fill(big, 2.5f);
+  gpu->fill(big, 3.5f);
+  int c = gpu->record_event();
+  double one = gpu->elapsed_ms(a, b), two = gpu->elapsed_ms(b, c);
+  std::printf("EVENTS | 1 GiB fill %.3f ms, two fills %.3f ms\n", one, two);
+  EXPECT_GT(one, 0.01);
+  EXPECT_GT(two, one);
+  EXPECT_LT(one, 1000.0);
+  gpu->clear_events();
+  EXPECT_EQ(gpu->record_event(), 0);
+  std::vector<float> probe(4);
+  gpu->download(probe.data(), big.rows(n - 4, n));
+  EXPECT_EQ(probe[3], 3.5f);
+}
+
+}  // namespace
+}  // namespace dil::test

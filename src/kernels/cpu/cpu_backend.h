@@ -63,6 +63,10 @@ class CpuBackend : public Backend {
   // indexer.cpp
   void indexer_topk(const IndexerArgs& a, const StepMeta& m) override;
 
+  // engram.cpp
+  void engram_mix(const Tensor& X, const Tensor& kv, const Tensor& qk, const Tensor& mask, float eps,
+                  Tensor out) override;
+
   // moe.cpp
   void moe_route(const MoeRouteArgs& a) override;
   void moe_experts(const MoeExpertsArgs& a) override;

@@ -1,5 +1,6 @@
 // Lightning-indexer scoring and top-k selection (model-spec §3.7, §4.3).
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -14,6 +15,10 @@ namespace dil {
 // min(topk, n_vis) rows are selected, exact ties going to the lowest row index; they are
 // written in descending score order (ties: ascending index), or in ascending row index when
 // sort_ascending (V4.1), then padded with -1 up to topk.
+// V4.1 candidates (model-spec §4.3): with cand_out, blocks b of cand_block rows score
+// B_b = max of their visible rows' scores, the newest visible block (n_vis-1)/cand_block scores
+// +inf, and the top min(cand_topk, #blocks) blocks (ties: lowest block) are written ascending,
+// -1 padded. With cand_in, rows outside the listed blocks are not selectable.
 void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
   cpu::check_f32(a.q, "indexer q");
   cpu::check_f32(a.w, "indexer w");
@@ -28,7 +33,15 @@ void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
   DIL_CHECK(a.out_idx.numel() == T * topk, "indexer: out_idx ", a.out_idx.shape_str(), " topk ", topk);
   const float *pq = a.q.ptr<float>(), *pw = a.w.ptr<float>(), *pk = a.keys.ptr<float>();
   std::vector<float> score;     // [n_vis]
-  std::vector<int32_t> order;   // [n_vis]
+  std::vector<int32_t> order;   // [n_vis] selectable rows
+  std::vector<float> blocks;    // [n_blocks] candidate block scores
+  std::vector<int32_t> border;  // [n_blocks]
+  if (!a.cand_out.empty() || !a.cand_in.empty()) {
+    DIL_CHECK(a.cand_block > 0 && a.cand_topk > 0, "indexer: candidates need cand_block and cand_topk");
+    const Tensor& c = a.cand_out.empty() ? a.cand_in : a.cand_out;
+    cpu::check_i32(c, "indexer candidates");
+    DIL_CHECK(c.numel() == T * a.cand_topk, "indexer: candidates ", c.shape_str(), " for ", a.cand_topk);
+  }
   for (int64_t t = 0; t < T; ++t) {
     const int s = m.h_tok_seq[t], p = m.h_tok_pos[t];
     const int n_vis = (p + 1) / a.ratio;
@@ -46,9 +59,34 @@ void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
       }
       score[r] = float(acc);
     }
-    const int n_sel = std::min(topk, n_vis);
-    order.resize(size_t(n_vis));
-    std::iota(order.begin(), order.end(), 0);
+    if (!a.cand_out.empty()) {
+      const int cb = a.cand_block, nb = (n_vis + cb - 1) / cb, last = nb - 1;
+      blocks.assign(size_t(nb), -INFINITY);
+      for (int r = 0; r < n_vis; ++r) blocks[r / cb] = std::max(blocks[r / cb], score[r]);
+      if (last >= 0) blocks[last] = INFINITY;
+      const int n_cb = std::min(a.cand_topk, nb);
+      border.resize(size_t(nb));
+      std::iota(border.begin(), border.end(), 0);
+      std::partial_sort(border.begin(), border.begin() + n_cb, border.end(), [&](int32_t x, int32_t y) {
+        return blocks[x] != blocks[y] ? blocks[x] > blocks[y] : x < y;
+      });
+      std::sort(border.begin(), border.begin() + n_cb);
+      int32_t* co = a.cand_out.ptr<int32_t>() + t * a.cand_topk;
+      for (int i = 0; i < a.cand_topk; ++i) co[i] = i < n_cb ? border[i] : -1;
+    }
+    // Selectable rows: all visible ones, or only those of the candidate blocks.
+    order.clear();
+    if (a.cand_in.empty()) {
+      for (int r = 0; r < n_vis; ++r) order.push_back(r);
+    } else {
+      const int32_t* ci = a.cand_in.ptr<int32_t>() + t * a.cand_topk;
+      for (int i = 0; i < a.cand_topk; ++i) {
+        if (ci[i] < 0) continue;
+        for (int r = ci[i] * a.cand_block; r < std::min(n_vis, (ci[i] + 1) * a.cand_block); ++r) order.push_back(r);
+      }
+      std::sort(order.begin(), order.end());
+    }
+    const int n_sel = std::min(topk, int(order.size()));
     std::partial_sort(order.begin(), order.begin() + n_sel, order.end(), [&](int32_t x, int32_t y) {
       return score[x] != score[y] ? score[x] > score[y] : x < y;
     });

@@ -50,6 +50,12 @@ void CpuBackend::moe_route(const MoeRouteArgs& a) {
   } else {
     cpu::check_f32(a.bias, "moe_route bias");
     DIL_CHECK(a.bias.numel() == E && k <= E, "moe_route: bias ", a.bias.shape_str(), " for ", E, " experts");
+    if (!a.image_mask.empty()) {
+      cpu::check_i32(a.image_mask, "moe_route image_mask");
+      cpu::check_f32(a.bias_vl, "moe_route bias_vl");
+      DIL_CHECK(a.image_mask.numel() == T && a.bias_vl.numel() == E, "moe_route: image_mask ",
+                a.image_mask.shape_str(), " bias_vl ", a.bias_vl.shape_str());
+    }
   }
   std::vector<float> s(static_cast<size_t>(E)), sel(static_cast<size_t>(E));  // [E]
   std::vector<int32_t> order(static_cast<size_t>(E));           // [E]
@@ -65,7 +71,10 @@ void CpuBackend::moe_route(const MoeRouteArgs& a) {
         DIL_CHECK(idx[i] >= 0 && idx[i] < E, "moe_route: tid2eid expert ", idx[i]);
       }
     } else {
-      for (int64_t e = 0; e < E; ++e) sel[e] = s[e] + a.bias.ptr<float>()[e];
+      // Image-span tokens select with bias_vl (V4.1, model-spec §4.4).
+      const bool vl = !a.image_mask.empty() && a.image_mask.ptr<int32_t>()[t] != 0;
+      const float* bias = vl ? a.bias_vl.ptr<float>() : a.bias.ptr<float>();
+      for (int64_t e = 0; e < E; ++e) sel[e] = s[e] + bias[e];
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t x, int32_t y) {
         return sel[x] != sel[y] ? sel[x] > sel[y] : x < y;

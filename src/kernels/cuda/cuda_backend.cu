@@ -62,6 +62,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(c_.stream);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
     c_.expert_tables.clear();
     owned_.clear();
     c_.lt_workspace.reset();
@@ -170,9 +171,30 @@ class CudaBackend final : public Backend {
     cuda::reset_state(c_, state_kv, state_score, slots);
   }
 
+  // Device events: marking does not stall the stream; elapsed_ms waits for the later event.
+  int record_event() override {
+    if (n_events_ == events_.size()) {
+      cudaEvent_t e;
+      DIL_CUDA(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    DIL_CUDA(cudaEventRecord(events_[n_events_], c_.stream));
+    return int(n_events_++);
+  }
+  double elapsed_ms(int from, int to) override {
+    DIL_CHECK(from >= 0 && to >= from && size_t(to) < n_events_, "bad event ids ", from, " ", to);
+    DIL_CUDA(cudaEventSynchronize(events_[size_t(to)]));
+    float ms = 0.f;
+    DIL_CUDA(cudaEventElapsedTime(&ms, events_[size_t(from)], events_[size_t(to)]));
+    return double(ms);
+  }
+  void clear_events() override { n_events_ = 0; }  // the events are reused
+
  private:
   cuda::Ctx c_;
   std::vector<Buffer> owned_;  // device copies of adopted weights and tensors
+  std::vector<cudaEvent_t> events_;  // pool for record_event; the first n_events_ are in use
+  size_t n_events_ = 0;
 };
 
 }  // namespace

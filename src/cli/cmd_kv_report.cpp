@@ -1,0 +1,53 @@
+// deepinfer-lab kv-report --config FILE [--config2 FILE] [--block-tokens N]
+// KV cache bytes for a model config (model/kv_layout.h): per token of context (compressed rows
+// + indexer keys, paged), per sequence slot (SWA rings, compressor state, Engram history), and
+// per sequence at a few context lengths, in the official packed format and in the f32 layout
+// of the CPU reference.
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "model/kv_layout.h"
+
+namespace dil::cli {
+namespace {
+
+// The official V4.1-Flash figure (DeepSeek-V4.1 paper abstract, model-spec §4.9).
+constexpr double kV41OfficialBytesPerToken = 890.0;
+
+void report(const std::string& path, int block_tokens) {
+  const ModelConfig cfg = load_config(path);
+  std::printf("%s  (%s, %d layers + %d MTP/DSpark, block %d tokens)\n", path.c_str(), cfg.model_type.c_str(),
+              cfg.n_layers, cfg.n_mtp, block_tokens);
+  for (KvFormat f : {KvFormat::Official, KvFormat::F32}) {
+    const KvLayout k = kv_layout(cfg, block_tokens, f);
+    std::printf("  %-8s KV bytes/token %10.2f   bytes/block %10zu   bytes/slot %10zu"
+                " (SWA %zu over %d layers, compressor %zu, history %zu)\n",
+                f == KvFormat::Official ? "official" : "f32", k.global_bytes_per_token, k.spec.bytes_per_block,
+                k.spec.bytes_per_slot, k.swa_bytes_per_slot, k.swa_layers, k.compressor_bytes_per_slot,
+                k.history_bytes_per_slot);
+    for (int64_t len : {int64_t(4096), int64_t(131072), int64_t(1) << 20}) {
+      const int64_t blocks = (len + block_tokens - 1) / block_tokens;
+      const double bytes = double(k.spec.bytes_per_slot) + double(blocks) * double(k.spec.bytes_per_block);
+      std::printf("           one sequence at %7lld tokens: %10.3f MiB\n", (long long)len, bytes / (1 << 20));
+    }
+    if (f == KvFormat::Official && cfg.arch == Arch::V41)
+      std::printf("           official V4.1 figure %.0f B/token: %s (ours %.2f)\n", kV41OfficialBytesPerToken,
+                  k.global_bytes_per_token == kV41OfficialBytesPerToken ? "equal" : "DIFFERENT",
+                  k.global_bytes_per_token);
+  }
+}
+
+}  // namespace
+
+int cmd_kv_report(int argc, char** argv) {
+  Args args(argc, argv);
+  const int bt = std::stoi(args.get("block-tokens", "128"));
+  if (bt <= 0 || bt % 128 != 0) DIL_FAIL("--block-tokens must be a positive multiple of 128");
+  if (!args.has("config")) DIL_FAIL("usage: deepinfer-lab kv-report --config FILE [--config2 FILE] [--block-tokens N]");
+  report(args.get("config"), bt);
+  if (args.has("config2")) report(args.get("config2"), bt);
+  return 0;
+}
+
+}  // namespace dil::cli

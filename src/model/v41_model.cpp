@@ -1,0 +1,401 @@
+#include "model/v41_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/rope.h"
+#include "model/step.h"
+
+namespace dil {
+
+V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
+                   const std::string& tokenizer_json)
+    : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), official_(opt.numerics == Numerics::Official),
+      binder_(*st_, be, cfg_) {
+  if (cfg_.gate_temp != 1.0f) DIL_FAIL("gate_temp ", cfg_.gate_temp, " is not supported (the release uses 1.0)");
+  if (!cfg_.engram_layers.empty())
+    ehash_ = make_engram_hash(cfg_, build_compressed_token_map(tokenizer_json));
+  embed_ = binder_.matrix("embed");
+  head_ = binder_.matrix("head");
+  norm_ = binder_.tensor("norm.weight");
+  RopeTable tables[2];  // plain (ratio-0 layers); compress_rope_theta + YaRN (ratio > 0)
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float> f = rope_inv_freq(cfg_, k == 1);
+    Buffer b = be_.alloc(f.size() * 4);
+    tables[k].inv_freq = Tensor(b.data(), DType::F32, {int64_t(f.size())}, be_.device());
+    tables[k].rope_dims = cfg_.rope_dims;
+    be_.upload(tables[k].inv_freq, f.data());
+    rope_bufs_.push_back(std::move(b));
+  }
+  layers_.resize(size_t(cfg_.n_layers));
+  for (int L = 0; L < cfg_.n_layers; ++L) {
+    bind_layer(layers_[size_t(L)], L);
+    layers_[size_t(L)].rope = tables[cfg_.ratio(L) > 0 ? 1 : 0];
+  }
+}
+
+void V41Model::bind_layer(Layer& l, int L) {
+  WeightBinder& b = binder_;
+  const std::string p = "layers." + std::to_string(L) + ".";
+  auto in = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+  l.index = L;
+  l.ratio = cfg_.ratio(L);
+  l.kv_source = in(cfg_.kv_source_layers, L);
+  l.index_source = in(cfg_.index_source_layers, L);
+  l.kv_src = l.ratio > 0 ? cfg_.kv_source_of(L) : -1;
+  l.idx_src = l.ratio > 0 ? cfg_.index_source_of(L) : -1;
+  l.cand_source = l.index_source && L == cfg_.candidate_source_layer;
+  l.uses_cand = l.index_source && cfg_.candidate_source_layer >= 0 && cfg_.candidate_source_layer < L;
+  if (l.ratio > 0 && (l.kv_src < 0 || l.idx_src < 0))
+    DIL_FAIL("layer ", L, " reads compressed rows (ratio ", l.ratio, ") but has no kv source or index source before it");
+  if (l.kv_src >= 0 && cfg_.ratio(l.kv_src) != l.ratio)
+    DIL_FAIL("layer ", L, " has ratio ", l.ratio, " but its kv source ", l.kv_src, " has ratio ", cfg_.ratio(l.kv_src));
+  l.attn_norm = b.tensor(p + "attn_norm.weight");
+  l.ffn_norm = b.tensor(p + "ffn_norm.weight");
+  l.hc_attn = {b.tensor(p + "hc_attn_fn"), b.tensor(p + "hc_attn_base"), b.tensor(p + "hc_attn_scale")};
+  l.hc_ffn = {b.tensor(p + "hc_ffn_fn"), b.tensor(p + "hc_ffn_base"), b.tensor(p + "hc_ffn_scale")};
+  l.wq_a = b.matrix(p + "attn.wq_a");
+  l.q_norm = b.tensor(p + "attn.q_norm.weight");
+  l.wq_b = b.matrix(p + "attn.wq_b");
+  l.wkv = b.matrix(p + "attn.wkv");
+  l.kv_norm = b.tensor(p + "attn.kv_norm.weight");
+  l.wo_a = b.matrix(p + "attn.wo_a");
+  l.wo_b = b.matrix(p + "attn.wo_b");
+  l.sink = b.tensor(p + "attn.attn_sink");
+  if (l.kv_source) {
+    l.cwkv = b.matrix(p + "attn.compressor.wkv");
+    if (l.ratio > 1) l.cwgate = b.matrix(p + "attn.compressor.wgate");
+    l.cnorm = b.tensor(p + "attn.compressor.norm.weight");
+    l.iwk = b.matrix(p + "attn.indexer.wk");
+    l.iknorm = b.tensor(p + "attn.indexer.k_norm.weight");
+  }
+  if (l.index_source) {
+    l.iwq_b = b.matrix(p + "attn.indexer.wq_b");
+    l.iweights = b.matrix(p + "attn.indexer.weights_proj");
+  }
+  l.gate = b.matrix(p + "ffn.gate");
+  l.gate_bias = b.tensor(p + "ffn.gate.bias");
+  l.gate_bias_vl = b.tensor(p + "ffn.gate.bias_vl");
+  for (int e = 0; e < cfg_.n_routed; ++e) {
+    const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+    l.w1.push_back(b.matrix(ep + "w1"));
+    l.w2.push_back(b.matrix(ep + "w2"));
+    l.w3.push_back(b.matrix(ep + "w3"));
+  }
+  l.sw1 = b.matrix(p + "ffn.shared_experts.w1");
+  l.sw2 = b.matrix(p + "ffn.shared_experts.w2");
+  l.sw3 = b.matrix(p + "ffn.shared_experts.w3");
+  for (size_t i = 0; i < cfg_.engram_layers.size(); ++i) {
+    if (cfg_.engram_layers[i] != L) continue;
+    Engram& e = l.engram;
+    l.has_engram = true;
+    e.index = int(i);
+    e.table = &st_->at(p + "engram.embed.weight");
+    e.scale = &st_->at(p + "engram.embed.scale");
+    e.wkv = b.matrix(p + "engram.wkv");
+    // q_weight and k_weight are only ever used as their product (f32, as HF41 computes it).
+    const StEntry& qw = st_->at(p + "engram.q_weight");
+    const StEntry& kw = st_->at(p + "engram.k_weight");
+    const int64_t n = cfg_.hc_mult, D = cfg_.dim;
+    std::vector<float> prod(size_t(n * D));  // [n, D]
+    auto val = [](const StEntry& t, int64_t i) {
+      return t.dtype == DType::BF16 ? bf16_to_f32(reinterpret_cast<const uint16_t*>(t.data)[i])
+                                    : reinterpret_cast<const float*>(t.data)[i];
+    };
+    for (int64_t k = 0; k < n * D; ++k) prod[size_t(k)] = val(qw, k) * val(kw, k);
+    e.qk_buf = be_.alloc(prod.size() * 4);
+    e.qk = Tensor(e.qk_buf.data(), DType::F32, {n, D}, be_.device());
+    be_.upload(e.qk, prod.data());
+  }
+}
+
+// Byte counts of the f32 cache layout allocate_cache makes.
+CacheSpec V41Model::cache_spec(int block_tokens) const {
+  CacheSpec cs;
+  cs.block_tokens = block_tokens;
+  const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
+  for (const Layer& l : layers_) {
+    cs.bytes_per_slot += W * hd * 4;
+    if (!l.kv_source) continue;
+    const size_t m = size_t(l.ratio);
+    cs.bytes_per_block += size_t(block_tokens) / m * (hd + di) * 4;
+    if (m > 1) cs.bytes_per_slot += 2 * m * hd * 4;
+  }
+  cs.bytes_per_slot += size_t(std::max(cfg_.engram_max_ngram - 1, 0)) * 4;
+  return cs;
+}
+
+void V41Model::allocate_cache(int n_blocks, int n_slots, int block_tokens) {
+  DIL_CHECK(block_tokens % 128 == 0, "block_tokens must be a multiple of 128");
+  cache_ = {n_blocks, n_slots, block_tokens};
+  const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
+  for (Layer& l : layers_) {
+    l.ring = be_.alloc(size_t(n_slots) * W * hd * 4);
+    if (!l.kv_source) continue;
+    const size_t m = size_t(l.ratio), rows = size_t(n_blocks) * (size_t(block_tokens) / m);
+    l.comp_rows = be_.alloc(rows * hd * 4);
+    l.idx_rows = be_.alloc(rows * di * 4);
+    if (m > 1) {
+      l.cstate_kv = be_.alloc(size_t(n_slots) * m * hd * 4);
+      l.cstate_score = be_.alloc(size_t(n_slots) * m * hd * 4);
+    }
+  }
+  hist_.assign(size_t(n_slots), {});
+  hist_next_.assign(size_t(n_slots), 0);
+}
+
+// A kv source's compressor (model-spec §4.3): pre-RoPE latents of the windows completing in
+// this step; from them the indexer keys and the main compressed rows of the whole group.
+void V41Model::write_source_rows(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s) {
+  const int64_t T = x.size(0), hd = cfg_.head_dim, di = cfg_.index_head_dim;
+  const int ratio = l.ratio, rpb = cache_.block_tokens / ratio;
+  EmitPlan plan = plan_emits(m, ratio, be_, s.storage());
+  Tensor a = s.f32({T, hd});
+  be_.linear(x, l.cwkv, 0, a);
+  Tensor latent;  // [plan.n, hd]
+  if (ratio == 1) {
+    DIL_CHECK(plan.n == T, "ratio-1 compressor: every token emits");
+    latent = s.f32({T, hd});
+    be_.rms_norm(a, l.cnorm, cfg_.norm_eps, latent);
+  } else {
+    // Softmax-gated pooling of the m tokens of a window, per channel; no APE, no overlap.
+    Tensor st_kv = l.cstate_kv.as(DType::F32, {cache_.n_slots, ratio, hd});
+    Tensor st_sc = l.cstate_score.as(DType::F32, {cache_.n_slots, ratio, hd});
+    std::vector<int32_t> fresh = fresh_slots(m);
+    if (!fresh.empty()) be_.reset_state(st_kv, st_sc, fresh);
+    Tensor g = s.f32({T, hd});
+    be_.linear(x, l.cwgate, 0, g);
+    Tensor pooled = s.f32({std::max(plan.n, 1), hd});
+    CompressorArgs ca;
+    ca.a = a; ca.g = g; ca.state_kv = st_kv; ca.state_score = st_sc;
+    ca.ratio = ratio; ca.overlap = false; ca.dc = int(hd); ca.out = pooled;
+    be_.compressor(ca, plan, m);
+    if (plan.n == 0) return;
+    latent = s.f32({plan.n, hd});
+    be_.rms_norm(pooled.rows(0, plan.n), l.cnorm, cfg_.norm_eps, latent);
+  }
+  const int64_t n = plan.n;
+  // Indexer keys from the pre-RoPE latent: k_norm(wk c), RoPE at w*m, FP4 (ue8m0 per 32).
+  Tensor k0 = s.f32({n, di}), k = s.f32({n, di});
+  be_.linear(latent, l.iwk, 0, k0);
+  be_.rms_norm(k0, l.iknorm, cfg_.norm_eps, k);
+  be_.rope(k.view({n, 1, di}), plan.pos, l.rope, false);
+  if (official_) be_.fp4_qdq(k, 32, false);
+  be_.paged_write(k, l.idx_rows.as(DType::F32, {cache_.n_blocks, rpb, di}), rpb, plan, m);
+  // Main row: RoPE at w*m, FP4 over all dims with E4M3 scales per 16.
+  be_.rope(latent.view({n, 1, hd}), plan.pos, l.rope, false);
+  if (official_) be_.fp4_qdq(latent, 16, true);
+  be_.paged_write(latent, l.comp_rows.as(DType::F32, {cache_.n_blocks, rpb, hd}), rpb, plan, m);
+}
+
+Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared& sh, Scratch& s) {
+  const int64_t T = x.size(0), H = cfg_.n_heads, hd = cfg_.head_dim, D = cfg_.dim, G = cfg_.o_groups;
+  const int ab = act_block();
+  // Query: wq_b(q_norm(wq_a x)), no per-head norm (V4.1), RoPE on the last rope dims.
+  Tensor qa = s.f32({T, cfg_.q_lora_rank}), qr = s.f32({T, cfg_.q_lora_rank});
+  be_.linear(x, l.wq_a, ab, qa);
+  be_.rms_norm(qa, l.q_norm, cfg_.norm_eps, qr);
+  Tensor q = s.f32({T, H, hd});
+  be_.linear(qr, l.wq_b, ab, q.view({T, H * hd}));
+  be_.rope(q, m.tok_pos, l.rope, false);
+  // Window row: kv_norm(wkv x), RoPE, FP8 round trip of all dims in blocks of 32.
+  Tensor kv0 = s.f32({T, hd}), kv = s.f32({T, hd});
+  be_.linear(x, l.wkv, ab, kv0);
+  be_.rms_norm(kv0, l.kv_norm, cfg_.norm_eps, kv);
+  be_.rope(kv.view({T, 1, hd}), m.tok_pos, l.rope, false);
+  if (official_) be_.fp8_qdq(kv, int(hd), 32);
+
+  AttnArgs a;
+  a.q = q;
+  a.kv_new = kv;
+  a.ring = l.ring.as(DType::F32, {cache_.n_slots, cfg_.window, hd});
+  a.sink = l.sink;
+  a.scale = float(1.0 / std::sqrt(double(hd)));
+  a.window = cfg_.window;
+  if (l.ratio > 0) {
+    Layer& src = layers_[size_t(l.kv_src)];
+    const int rpb = cache_.block_tokens / l.ratio;
+    if (l.kv_source) write_source_rows(l, x, m, s);  // before this step's indexer and attention read
+    if (l.index_source) {
+      const int64_t Hi = cfg_.index_heads, di = cfg_.index_head_dim;
+      Tensor qi = s.f32({T, Hi, di});
+      be_.linear(qr, l.iwq_b, ab, qi.view({T, Hi * di}));
+      be_.rope(qi, m.tok_pos, l.rope, false);
+      if (official_) be_.fp4_qdq(qi.view({T * Hi, di}), 32, false);  // no Hadamard in V4.1
+      // The head weights' constant factor di^-0.5 * Hi^-0.5 is positive: it cannot change a
+      // selection (rows or candidate blocks), so it is omitted as in V4.
+      Tensor w = s.f32({T, Hi});
+      be_.linear(x, l.iweights, 0, w);
+      IndexerArgs ia;
+      ia.q = qi; ia.w = w; ia.ratio = l.ratio; ia.rows_per_block = rpb;
+      ia.keys = src.idx_rows.as(DType::F32, {cache_.n_blocks, rpb, di});
+      ia.topk = cfg_.index_topk; ia.out_idx = sh.sel; ia.sort_ascending = true;
+      if (l.cand_source || l.uses_cand) {
+        ia.cand_block = cfg_.candidate_block_size;
+        ia.cand_topk = cfg_.candidate_topk_blocks;
+        (l.cand_source ? ia.cand_out : ia.cand_in) = sh.cand;
+      }
+      be_.indexer_topk(ia, m);
+    }
+    a.comp_ratio = l.ratio;
+    a.rows_per_block = rpb;
+    a.comp = src.comp_rows.as(DType::F32, {cache_.n_blocks, rpb, hd});
+    a.comp_idx = sh.sel;  // the latest index source's rows (Reuse layers share them)
+  }
+  Tensor o = s.f32({T, H, hd});
+  a.out = o;
+  be_.sparse_attention(a, m);
+  be_.ring_write(kv, a.ring, m);
+  be_.rope(o, m.tok_pos, l.rope, true);  // de-rotate the output's rope dims at the query position
+  Tensor z = s.f32({T, G, cfg_.o_lora_rank});
+  be_.grouped_linear(o.view({T, G, H * hd / G}), l.wo_a, int(G), z);  // wo_a: dequantized, no act quant
+  Tensor y = s.f32({T, D});
+  be_.linear(z.view({T, G * cfg_.o_lora_rank}), l.wo_b, ab, y);
+  return y;
+}
+
+Tensor V41Model::moe(Layer& l, const Tensor& x, Scratch& s) {
+  const int64_t T = x.size(0), D = cfg_.dim, I = cfg_.moe_inter * cfg_.n_shared, E = cfg_.n_routed, k = cfg_.topk;
+  const int ab = act_block();
+  Tensor logits = s.f32({T, E});
+  be_.linear(x, l.gate, 0, logits);
+  MoeRouteArgs r;
+  r.logits = logits; r.bias = l.gate_bias; r.topk = int(k); r.route_scale = cfg_.route_scale;
+  r.norm_eps = k > 1 ? 1e-20f : 0.0f;  // V4.1: +1e-20 on the sum (not rms_norm_eps), only when k > 1
+  // Image-span tokens would route with bias_vl through r.bias_vl / r.image_mask; text only for now.
+  r.bias_vl = l.gate_bias_vl;
+  r.out_w = s.f32({T, k});
+  r.out_idx = s.i32({T, k});
+  be_.moe_route(r);
+  Tensor out = s.f32({T, D});
+  MoeExpertsArgs e;
+  e.x = x; e.w1 = &l.w1; e.w2 = &l.w2; e.w3 = &l.w3; e.route_w = r.out_w; e.route_idx = r.out_idx;
+  e.act_block = ab; e.swiglu_limit = cfg_.swiglu_limit; e.out = out;
+  be_.moe_experts(e);
+  Tensor g = s.f32({T, I}), u = s.f32({T, I}), h = s.f32({T, I}), sh = s.f32({T, D});
+  be_.linear(x, l.sw1, ab, g);
+  be_.linear(x, l.sw3, ab, u);
+  be_.swiglu(g, u, Tensor(), cfg_.swiglu_limit, h);
+  be_.linear(h, l.sw2, ab, sh);
+  be_.add(out, sh, out);
+  return out;
+}
+
+// Engram (model-spec §4.5): hash each position's n-grams to table rows (host), gather and
+// dequantize the rows from the memory-mapped table, project with wkv, gate into every stream.
+void V41Model::engram(Layer& l, const StepBatch& batch, const StepMeta& m, Tensor& X, Tensor& X2, Scratch& s) {
+  const Engram& e = l.engram;
+  const int64_t T = m.n_tokens, C = ehash_.cols(), hd = cfg_.engram_head_dim, B = hd / 32;
+  std::vector<int64_t> rows(size_t(T * C));  // [T, C]
+  std::vector<int32_t> ids;
+  for (int sq = 0; sq < m.n_seqs; ++sq) {
+    const int slot = m.h_slot[size_t(sq)], p0 = m.h_start_pos[size_t(sq)], len = m.h_len[size_t(sq)];
+    const int q0 = m.h_q_start[size_t(sq)];
+    const std::vector<int32_t>& h = hist_[size_t(slot)];
+    const int nh = std::min(p0, ehash_.max_ngram - 1);
+    DIL_CHECK(int(h.size()) >= nh, "Engram history of slot ", slot, " is short");
+    ids.assign(h.end() - nh, h.end());
+    ids.insert(ids.end(), batch.tokens.begin() + q0, batch.tokens.begin() + q0 + len);
+    engram_rows(ehash_, e.index, ids.data(), nullptr, p0, len, rows.data() + int64_t(q0) * C);
+  }
+  const int64_t n_rows = e.table->shape[0];
+  std::vector<float> emb(size_t(T * C * hd));  // [T, C*hd]
+  const uint8_t* wt = e.table->data;
+  const uint8_t* sc = e.scale->data;
+  for (int64_t i = 0; i < T * C; ++i) {
+    const int64_t r = rows[size_t(i)];
+    DIL_CHECK(r >= 0 && r < n_rows, "Engram row ", r, " outside the table (", n_rows, " rows)");
+    for (int64_t c = 0; c < hd; ++c)
+      emb[size_t(i * hd + c)] = e4m3_to_f32(wt[r * hd + c]) * e8m0_to_f32(sc[r * B + c / 32]);
+  }
+  Tensor et = s.f32({T, C * hd}), kv = s.f32({T, (cfg_.hc_mult + 1) * cfg_.dim});
+  be_.upload(et, emb.data());
+  be_.linear(et, e.wkv, act_block(), kv);
+  be_.engram_mix(X, kv, e.qk, Tensor(), cfg_.norm_eps, X2);
+  std::swap(X, X2);
+}
+
+void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
+  DIL_CHECK(cache_.n_slots > 0, "allocate_cache before forward");
+  Scratch step(be_);
+  StepPlan p = plan_step(batch, cache_.block_tokens, be_);
+  const StepMeta& m = p.meta;
+  const int64_t T = m.n_tokens, D = cfg_.dim, n = cfg_.hc_mult;
+  for (int sq = 0; sq < m.n_seqs; ++sq) {
+    const int slot = m.h_slot[size_t(sq)], p0 = m.h_start_pos[size_t(sq)];
+    DIL_CHECK(slot >= 0 && slot < cache_.n_slots, "slot out of range");
+    if (p0 == 0) hist_[size_t(slot)].clear();
+    else DIL_CHECK(hist_next_[size_t(slot)] == p0, "slot ", slot, " continues at ", p0, " but its state ends at ",
+                   hist_next_[size_t(slot)]);
+  }
+
+  Tensor e = step.f32({T, D});
+  be_.embed(embed_, p.ids, e);
+  Tensor X = step.f32({T, n, D}), X2 = step.f32({T, n, D});
+  be_.hc_expand(e, int(n), X);
+  // Single-pass mHC: each sublayer collapses with the previous sublayer's pre; the first
+  // attention collapses stream 0 alone.
+  Tensor pre_mix = step.f32({T, n}), a_pre = step.f32({T, n}), f_pre = step.f32({T, n});
+  {
+    std::vector<float> one_hot(size_t(T * n), 0.0f);
+    for (int64_t t = 0; t < T; ++t) one_hot[size_t(t * n)] = 1.0f;
+    be_.upload(pre_mix, one_hot.data());
+  }
+  Shared sh{step.i32({T, std::max(cfg_.index_topk, 1)}), step.i32({T, std::max(cfg_.candidate_topk_blocks, 1)})};
+  for (Layer& l : layers_) {
+    Scratch s(be_);  // this layer's temporaries
+    if (l.has_engram) engram(l, batch, m, X, X2, s);
+    Tensor u = s.f32({T, D}), xn = s.f32({T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
+    HcArgs ha{l.hc_attn.fn, l.hc_attn.base, l.hc_attn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
+    be_.hc_mix(X, ha, a_pre, post, comb);
+    be_.hc_collapse(X, pre_mix, u);
+    be_.rms_norm(u, l.attn_norm, cfg_.norm_eps, xn);
+    Tensor f = attention(l, xn, m, sh, s);
+    be_.hc_post(f, X, post, comb, X2);
+    std::swap(X, X2);
+    HcArgs hf{l.hc_ffn.fn, l.hc_ffn.base, l.hc_ffn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
+    be_.hc_mix(X, hf, f_pre, post, comb);
+    be_.hc_collapse(X, a_pre, u);
+    be_.rms_norm(u, l.ffn_norm, cfg_.norm_eps, xn);
+    f = moe(l, xn, s);
+    be_.hc_post(f, X, post, comb, X2);
+    std::swap(X, X2);
+    std::swap(pre_mix, f_pre);
+  }
+  // Engram look-back for the next step of each sequence.
+  for (int sq = 0; sq < m.n_seqs; ++sq) {
+    const int slot = m.h_slot[size_t(sq)], q0 = m.h_q_start[size_t(sq)], len = m.h_len[size_t(sq)];
+    std::vector<int32_t>& h = hist_[size_t(slot)];
+    h.insert(h.end(), batch.tokens.begin() + q0, batch.tokens.begin() + q0 + len);
+    const size_t keep = size_t(std::max(cfg_.engram_max_ngram - 1, 0));
+    if (h.size() > keep) h.erase(h.begin(), h.end() - ptrdiff_t(keep));
+    hist_next_[size_t(slot)] = m.h_start_pos[size_t(sq)] + len;
+  }
+
+  std::vector<int64_t> rows;  // rows that need logits
+  for (int sq = 0; sq < m.n_seqs; ++sq) {
+    const SeqChunk& c = batch.seqs[size_t(sq)];
+    const int q0 = m.h_q_start[size_t(sq)];
+    if (c.all_logits)
+      for (int t = 0; t < c.n_tokens; ++t) rows.push_back(q0 + t);
+    else if (c.want_logits)
+      rows.push_back(q0 + c.n_tokens - 1);
+  }
+  const int64_t R = int64_t(rows.size());
+  logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
+  if (R == 0) return;
+  // No hc head: collapse with the last sublayer's pre, final norm, fp32 head.
+  Tensor Xh = step.f32({R, n, D}), ph = step.f32({R, n});
+  for (int64_t i = 0; i < R; ++i) {
+    const int64_t r = rows[size_t(i)];
+    be_.copy(Xh.rows(i, i + 1), X.rows(r, r + 1));
+    be_.copy(ph.rows(i, i + 1), pre_mix.rows(r, r + 1));
+  }
+  Tensor h = step.f32({R, D}), hn = step.f32({R, D}), lg = step.f32({R, cfg_.vocab_size});
+  be_.hc_collapse(Xh, ph, h);
+  be_.rms_norm(h, norm_, cfg_.norm_eps, hn);
+  be_.linear(hn, head_, 0, lg);
+  be_.download(logits->data(), lg);
+}
+
+}  // namespace dil

@@ -1,0 +1,86 @@
+// DeepSeek-V4.1 (V4.1-Flash) text forward, written once against Backend& (model-spec §4):
+// layer roles with shared compressed KV / indexer keys / top-k / candidate blocks (§4.1, §4.3),
+// single-pass mHC without an hc head (§4.2), Engram before its layers (§4.5), V4.1 MoE routing
+// (§4.4). Per-request state: SWA rings, ratio-2 compressor state, the paged compressed rows and
+// indexer keys of the kv sources, and the Engram look-back history (host), so a chunked
+// prefill or a decode step computes exactly what the full forward computes.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "model/engram_hash.h"
+#include "model/model.h"
+#include "model/scratch.h"
+#include "model/weights.h"
+
+namespace dil {
+
+class V41Model : public Model {
+ public:
+  // `tokenizer_json`: the model folder's tokenizer.json (Engram's compressed-token map).
+  V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
+           const std::string& tokenizer_json);
+  const ModelConfig& config() const override { return cfg_; }
+  CacheSpec cache_spec(int block_tokens) const override;
+  void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;
+  void forward(const StepBatch& batch, std::vector<float>* logits) override;
+
+ private:
+  struct Hc { Tensor fn, base, scale; };
+  struct Engram {
+    int index = -1;             // position in cfg.engram_layers
+    const StEntry* table = nullptr;  // embed.weight e4m3 [rows, hd] (host mapping)
+    const StEntry* scale = nullptr;  // embed.scale e8m0 [rows, hd/32]
+    Weight wkv;                 // [(n+1)*D, cols*hd] FP8
+    Buffer qk_buf;
+    Tensor qk;                  // [n, D] f32 q_weight * k_weight
+  };
+  struct Layer {
+    int index = 0, ratio = 0, kv_src = -1, idx_src = -1;
+    bool kv_source = false, index_source = false, cand_source = false, uses_cand = false;
+    Tensor attn_norm, ffn_norm, q_norm, kv_norm, sink;
+    Hc hc_attn, hc_ffn;
+    Weight wq_a, wq_b, wkv, wo_a, wo_b;
+    Weight cwkv, cwgate, iwk, iwq_b, iweights;  // compressor, indexer
+    Tensor cnorm, iknorm;
+    Weight gate;
+    Tensor gate_bias, gate_bias_vl;
+    std::vector<Weight> w1, w2, w3;
+    Weight sw1, sw2, sw3;
+    RopeTable rope;
+    Engram engram;
+    bool has_engram = false;
+    // cache: every layer's SWA ring; kv sources: compressed rows, indexer keys, ratio-2 state
+    Buffer ring, comp_rows, idx_rows, cstate_kv, cstate_score;
+  };
+  struct Cache { int n_blocks = 0, n_slots = 0, block_tokens = 0; };
+  // Per-step selections shared down a group (model-spec §4.3): the latest index source's
+  // top-k rows and the candidate source's blocks.
+  struct Shared { Tensor sel, cand; };
+
+  void bind_layer(Layer& l, int L);
+  Tensor attention(Layer& l, const Tensor& x, const StepMeta& m, Shared& sh, Scratch& s);
+  void write_source_rows(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s);
+  Tensor moe(Layer& l, const Tensor& x, Scratch& s);
+  void engram(Layer& l, const StepBatch& batch, const StepMeta& m, Tensor& X, Tensor& X2, Scratch& s);
+  int act_block() const { return official_ ? cfg_.act_block : 0; }
+
+  ModelConfig cfg_;
+  std::unique_ptr<SafeTensors> st_;
+  Backend& be_;
+  bool official_;
+  WeightBinder binder_;
+  EngramHash ehash_;
+  Weight embed_, head_;
+  Tensor norm_;
+  std::vector<Layer> layers_;
+  std::vector<Buffer> rope_bufs_;
+  Cache cache_;
+  // Engram look-back per slot: the token ids of the last max_ngram-1 positions (host).
+  std::vector<std::vector<int32_t>> hist_;
+  std::vector<int32_t> hist_next_;  // [n_slots] position the history ends at
+};
+
+}  // namespace dil

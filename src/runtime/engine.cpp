@@ -1,0 +1,360 @@
+// The engine loop. One thread owns the scheduler, the KV manager, every Sequence and the
+// model; submit()/cancel() only push commands onto a locked queue.
+//
+// A step: drain commands -> schedule (token budget, preemption) -> build the StepBatch ->
+// Model::forward -> sample each logits row -> commit (append, stop checks, free) -> push
+// outputs to the streams -> publish stats.
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "runtime/engine_internal.h"
+#include "runtime/kv_manager.h"
+#include "runtime/sampler.h"
+#include "runtime/scheduler.h"
+#include "runtime/sequence.h"
+#include "runtime/stream.h"
+
+namespace dil::runtime {
+
+PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec) {
+  PoolPlan p;
+  p.n_slots = opts.kv_slots > 0 ? opts.kv_slots : opts.max_num_seqs;
+  if (opts.kv_blocks > 0) {
+    p.n_blocks = opts.kv_blocks;
+  } else {
+    DIL_CHECK(spec.bytes_per_block > 0, "cache spec without bytes_per_block");
+    const int64_t slot_bytes = int64_t(p.n_slots) * int64_t(spec.bytes_per_slot);
+    if (opts.kv_memory_bytes <= slot_bytes)
+      DIL_FAIL("kv_memory_bytes ", opts.kv_memory_bytes, " cannot even hold the ", p.n_slots, " state slots (",
+               slot_bytes, " bytes); lower max_num_seqs/kv_slots or raise the KV memory");
+    p.n_blocks = (opts.kv_memory_bytes - slot_bytes) / int64_t(spec.bytes_per_block);
+  }
+  return p;
+}
+
+namespace {
+
+struct Command {
+  enum class Kind { Submit, Cancel } kind;
+  GenRequest req;
+  std::shared_ptr<Stream> stream;
+  std::string id;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend);
+  ~EngineImpl() override { shutdown(); }
+  std::shared_ptr<RequestStream> submit(GenRequest req) override;
+  void cancel(const std::string& id) override;
+  EngineStats stats() const override;
+  const EngineInfo& info() const override { return info_; }
+  void shutdown() override;
+
+ private:
+  void loop();
+  void handle(Command& c);
+  std::string validate(const GenRequest& r) const;
+  bool step();
+  void commit(Sequence* s, const SampleResult& r);
+  void finish(Sequence* s, FinishReason why, std::string error = {});
+  void publish_stats();
+
+  // Declaration order = destruction order reversed: the model goes before its backend.
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  EngineOptions opts_;
+  EngineInfo info_;
+  std::unique_ptr<KvManager> kv_;
+  std::unique_ptr<Scheduler> sched_;
+  // Engine-thread state.
+  std::unordered_map<std::string, std::unique_ptr<Sequence>> live_;  // unfinished, by request id
+  std::mt19937_64 seed_gen_;
+  int64_t next_seq_id_ = 0;
+  int64_t steps_ = 0, prompt_tokens_ = 0, generation_tokens_ = 0;
+  // Shared with other threads.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Command> cmds_;
+  bool stop_ = false;
+  std::atomic<int64_t> auto_id_{0};
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend)
+    : backend_(std::move(backend)), model_(std::move(model)), opts_(opts) {
+  const ModelConfig& cfg = model_->config();
+  if (opts.block_tokens <= 0 || opts.block_tokens % 128 != 0)
+    DIL_FAIL("block_tokens must be a positive multiple of 128, got ", opts.block_tokens);
+  for (int r : cfg.compress_ratios)
+    if (r > 0 && opts.block_tokens % r != 0)
+      DIL_FAIL("block_tokens ", opts.block_tokens, " is not a multiple of compression ratio ", r);
+  if (opts.max_num_seqs <= 0 || opts.max_num_batched_tokens <= 0 || opts.max_model_len <= 0)
+    DIL_FAIL("max_num_seqs, max_num_batched_tokens and max_model_len must be positive");
+  const CacheSpec spec = model_->cache_spec(opts.block_tokens);
+  const PoolPlan plan = plan_pool(opts, spec);
+  if (plan.n_blocks * opts.block_tokens < opts.max_model_len)
+    DIL_FAIL("KV pool of ", plan.n_blocks, " blocks x ", opts.block_tokens, " tokens is smaller than max_model_len ",
+             opts.max_model_len, "; raise kv_memory_bytes/kv_blocks or lower max_model_len");
+  if (plan.n_blocks > INT32_MAX) DIL_FAIL("too many KV blocks: ", plan.n_blocks);
+  model_->allocate_cache(int(plan.n_blocks), plan.n_slots, opts.block_tokens);
+  kv_ = std::make_unique<KvManager>(int32_t(plan.n_blocks), plan.n_slots, opts.block_tokens, spec.bytes_per_block,
+                                    spec.bytes_per_slot);
+  sched_ = std::make_unique<Scheduler>(opts.max_num_seqs, opts.max_num_batched_tokens, *kv_);
+
+  info_.model_name = cfg.model_type.empty() ? "deepseek" : cfg.model_type;
+  if (!opts.model_dir.empty()) {
+    std::string d = opts.model_dir;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    info_.model_name = d.substr(d.find_last_of('/') + 1);
+  }
+  info_.vocab_size = int(cfg.vocab_size);
+  info_.max_model_len = opts.max_model_len;
+  info_.eos_token_id = cfg.eos_id;
+  info_.bos_token_id = cfg.bos_id;
+  info_.block_tokens = opts.block_tokens;
+  info_.kv_blocks = plan.n_blocks;
+  info_.kv_slots = plan.n_slots;
+  info_.kv_bytes_per_block = int64_t(spec.bytes_per_block);
+  info_.kv_bytes_per_slot = int64_t(spec.bytes_per_slot);
+  seed_gen_.seed(opts.seed != 0 ? opts.seed : (uint64_t(std::random_device{}()) << 32 | std::random_device{}()));
+  publish_stats();
+  thread_ = std::thread([this] { loop(); });
+}
+
+std::shared_ptr<RequestStream> EngineImpl::submit(GenRequest req) {
+  if (req.id.empty()) req.id = "req-" + std::to_string(auto_id_.fetch_add(1));
+  auto stream = std::make_shared<Stream>(req.id);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!stop_) {
+      cmds_.push_back({Command::Kind::Submit, std::move(req), stream, {}});
+      cv_.notify_one();
+      return stream;
+    }
+  }
+  GenOutput o;
+  o.finish = FinishReason::Error;
+  o.error = "engine shut down";
+  stream->push(std::move(o));
+  return stream;
+}
+
+void EngineImpl::cancel(const std::string& id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stop_) return;
+  cmds_.push_back({Command::Kind::Cancel, {}, nullptr, id});
+  cv_.notify_one();
+}
+
+EngineStats EngineImpl::stats() const {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  return stats_;
+}
+
+void EngineImpl::shutdown() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string EngineImpl::validate(const GenRequest& r) const {
+  const int64_t vocab = info_.vocab_size;
+  if (r.prompt.empty()) return "the prompt is empty";
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= vocab) return str_cat("prompt token id ", t, " is outside [0, ", vocab, ")");
+  if (r.stop.max_tokens < 1) return "max_tokens must be at least 1";
+  if (int64_t(r.prompt.size()) + r.stop.max_tokens > opts_.max_model_len)
+    return str_cat("prompt (", r.prompt.size(), " tokens) + max_tokens (", r.stop.max_tokens,
+                   ") exceeds the maximum context length ", opts_.max_model_len);
+  const SamplingParams& s = r.sampling;
+  if (!(s.temperature >= 0.0f)) return "temperature must be >= 0";
+  if (s.top_k < 0) return "top_k must be >= 0 (0 = off)";
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) return "top_p must be in (0, 1]";
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) return "min_p must be in [0, 1]";
+  if (!(s.repetition_penalty > 0.0f)) return "repetition_penalty must be > 0";
+  if (s.logprobs > opts_.max_logprobs) return str_cat("logprobs must be at most ", opts_.max_logprobs);
+  for (auto [t, b] : s.logit_bias)
+    if (t < 0 || t >= vocab) return str_cat("logit_bias token id ", t, " is outside [0, ", vocab, ")");
+  return {};
+}
+
+void EngineImpl::handle(Command& c) {
+  if (c.kind == Command::Kind::Cancel) {
+    auto it = live_.find(c.id);
+    if (it != live_.end()) finish(it->second.get(), FinishReason::Cancelled);
+    return;
+  }
+  GenRequest& r = c.req;
+  std::string err = validate(r);
+  if (err.empty() && live_.count(r.id)) err = str_cat("request id '", r.id, "' is already in flight");
+  if (!err.empty()) {
+    GenOutput o;
+    o.finish = FinishReason::Error;
+    o.error = std::move(err);
+    o.prompt_tokens = int(r.prompt.size());
+    c.stream->push(std::move(o));
+    return;
+  }
+  auto s = std::make_unique<Sequence>();
+  s->id = next_seq_id_++;
+  s->request_id = r.id;
+  s->tokens = std::move(r.prompt);
+  s->prompt_len = s->len();
+  s->sampling = std::move(r.sampling);
+  s->stop = std::move(r.stop);
+  // Drawn for every request, in arrival order, so the engine's generator state depends only on
+  // the order of submissions.
+  const uint64_t drawn = seed_gen_();
+  s->seed = s->sampling.seed ? *s->sampling.seed : drawn;
+  s->stream = std::move(c.stream);
+  prompt_tokens_ += s->prompt_len;
+  sched_->add(s.get());
+  live_.emplace(s->request_id, std::move(s));
+}
+
+void EngineImpl::finish(Sequence* s, FinishReason why, std::string error) {
+  GenOutput o;
+  o.finish = why;
+  o.error = std::move(error);
+  o.prompt_tokens = s->prompt_len;
+  o.completion_tokens = s->num_generated();
+  s->stream->push(std::move(o));
+  sched_->finish(s);
+  live_.erase(s->request_id);  // destroys s
+}
+
+void EngineImpl::commit(Sequence* s, const SampleResult& r) {
+  s->tokens.push_back(r.token);
+  ++generation_tokens_;
+  GenOutput o;
+  o.prompt_tokens = s->prompt_len;
+  o.completion_tokens = s->num_generated();
+  const auto& ids = s->stop.stop_token_ids;
+  if ((!s->stop.ignore_eos && r.token == info_.eos_token_id) || std::find(ids.begin(), ids.end(), r.token) != ids.end()) {
+    o.finish = FinishReason::Stop;
+    o.stop_token = r.token;
+  } else {
+    o.tokens.push_back({r.token, r.logprob, r.top});
+    if (s->num_generated() >= s->stop.max_tokens) o.finish = FinishReason::Length;
+  }
+  const bool done = o.finish != FinishReason::None;
+  s->stream->push(std::move(o));
+  if (done) {
+    sched_->finish(s);
+    live_.erase(s->request_id);
+  }
+}
+
+bool EngineImpl::step() {
+  Schedule sch = sched_->schedule();
+  if (sch.chunks.empty()) {
+    DIL_CHECK(sched_->n_running() > 0 || sched_->n_waiting() == 0, "waiting requests but nothing schedulable");
+    return false;
+  }
+  StepBatch batch;
+  batch.tokens.reserve(sch.n_tokens);
+  for (const ScheduledChunk& c : sch.chunks) {
+    SeqChunk sc;
+    sc.slot = kv_->slot(c.seq->id);
+    sc.start_pos = c.start;
+    sc.n_tokens = c.n_tokens;
+    sc.blocks = kv_->blocks(c.seq->id);
+    sc.want_logits = c.sample;
+    batch.seqs.push_back(std::move(sc));
+    batch.tokens.insert(batch.tokens.end(), c.seq->tokens.begin() + c.start, c.seq->tokens.begin() + c.start + c.n_tokens);
+  }
+  std::vector<float> logits;  // [rows, vocab] f32
+  try {
+    model_->forward(batch, &logits);
+  } catch (const std::exception& e) {
+    for (const ScheduledChunk& c : sch.chunks) finish(c.seq, FinishReason::Error, str_cat("model step failed: ", e.what()));
+    return true;
+  }
+  ++steps_;
+  const size_t vocab = size_t(info_.vocab_size);
+  size_t row = 0;
+  for (const ScheduledChunk& c : sch.chunks) {
+    Sequence* s = c.seq;
+    s->num_computed += c.n_tokens;
+    if (!c.sample) continue;
+    DIL_CHECK((row + 1) * vocab <= logits.size(), "model returned ", logits.size(), " logits for row ", row);
+    std::span<const float> lrow(logits.data() + row * vocab, vocab);
+    ++row;
+    std::span<const int32_t> all(s->tokens);
+    SampleResult r = sample_token(lrow, s->sampling, all.first(s->prompt_len), all.subspan(s->prompt_len), s->seed,
+                                  s->len(), opts_.logprobs_mode);
+    commit(s, r);
+  }
+  return true;
+}
+
+void EngineImpl::publish_stats() {
+  EngineStats st;
+  st.running = int(sched_->n_running());
+  st.waiting = int(sched_->n_waiting());
+  st.preemptions = sched_->preemptions();
+  st.prompt_tokens_total = prompt_tokens_;
+  st.generation_tokens_total = generation_tokens_;
+  st.steps = steps_;
+  st.kv_blocks_total = kv_->total_blocks();
+  st.kv_blocks_used = kv_->total_blocks() - kv_->free_blocks();
+  st.kv_usage = st.kv_blocks_total ? double(st.kv_blocks_used) / double(st.kv_blocks_total) : 0.0;
+  st.kv_slots_total = kv_->total_slots();
+  st.kv_slots_used = kv_->total_slots() - kv_->free_slots();
+  st.kv_bytes_total = int64_t(kv_->total_bytes());
+  st.kv_bytes_used = int64_t(kv_->used_bytes());
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  stats_ = st;
+}
+
+void EngineImpl::loop() {
+  for (;;) {
+    std::deque<Command> cmds;
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      const bool idle = sched_->n_running() == 0 && sched_->n_waiting() == 0;
+      if (idle) cv_.wait(lk, [&] { return stop_ || !cmds_.empty(); });
+      cmds.swap(cmds_);
+      stopping = stop_;
+    }
+    for (Command& c : cmds) {
+      if (stopping && c.kind == Command::Kind::Submit) {
+        GenOutput o;
+        o.finish = FinishReason::Error;
+        o.error = "engine shut down";
+        c.stream->push(std::move(o));
+        continue;
+      }
+      handle(c);
+    }
+    if (stopping) break;
+    step();
+    publish_stats();
+  }
+  std::vector<Sequence*> left;
+  for (auto& [id, s] : live_) left.push_back(s.get());
+  for (Sequence* s : left) finish(s, FinishReason::Error, "engine shut down");
+  publish_stats();
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_engine_with_model(const EngineOptions& opts, std::unique_ptr<Model> model,
+                                               std::unique_ptr<Backend> backend) {
+  DIL_CHECK(model != nullptr, "make_engine_with_model without a model");
+  return std::make_unique<EngineImpl>(opts, std::move(model), std::move(backend));
+}
+
+}  // namespace dil::runtime

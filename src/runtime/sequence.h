@@ -1,0 +1,32 @@
+// One request as the engine thread sees it. Owned by the engine; the scheduler and the KV
+// manager refer to it by pointer / by `id`.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dil/engine.h"
+
+namespace dil::runtime {
+
+class Stream;
+
+struct Sequence {
+  enum class Status : uint8_t { Waiting, Running, Finished };
+  int64_t id = 0;                // arrival order: lower = older (FCFS and preemption order)
+  std::string request_id;
+  std::vector<int32_t> tokens;   // prompt followed by the generated tokens
+  int prompt_len = 0;
+  int num_computed = 0;          // leading tokens whose state is in the cache
+  SamplingParams sampling;
+  StopParams stop;
+  uint64_t seed = 0;             // the request's seed or one drawn from the engine's generator
+  Status status = Status::Waiting;
+  int preemptions = 0;
+  std::shared_ptr<Stream> stream;
+
+  int len() const { return int(tokens.size()); }
+  int num_generated() const { return len() - prompt_len; }
+};
+
+}  // namespace dil::runtime
