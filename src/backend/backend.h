@@ -197,8 +197,12 @@ class Backend {
   //   s = sum_c h_c qk[j,c] key_jc * rsqrt(mean h^2 + eps) * rsqrt(mean key_j^2 + eps) * D^-0.5;
   //   gate = sigmoid(sign(s) sqrt(max(|s|, 1e-6))), 0 where mask[t] != 0 (image span);
   //   out[t, j] = h + gate * value.   X, out [T, n, D]; kv [T, (n+1)*D]; qk [n, D] f32; mask [T] i32 or empty.
+  // Not every backend has it yet: the default names the backend and fails (a user asking for a
+  // V4.1 model on such a backend gets a clear error, not a wrong result).
   virtual void engram_mix(const Tensor& X, const Tensor& kv, const Tensor& qk, const Tensor& mask, float eps,
-                          Tensor out) = 0;
+                          Tensor out) {
+    DIL_FAIL(name(), " backend: engram_mix (DeepSeek-V4.1 Engram) is not implemented yet");
+  }
 
   // Reset the recurrent state of the given slots (compressor scores -inf, kv 0).
   virtual void reset_state(Tensor state_kv, Tensor state_score, const std::vector<int32_t>& slots) = 0;

@@ -15,4 +15,5 @@ int cmd_kv_report(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_render(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 }  // namespace dil::cli

@@ -85,9 +85,10 @@ inline KvLayout kv_layout(const ModelConfig& c, int block_tokens, KvFormat f) {
     }
   }
   if (!c.engram_layers.empty()) {
-    // The last max_ngram-1 token ids (+ image-span flags): int32 + int32 (F32) or int32 + u8.
+    // The last max_ngram-1 token ids: int32 each (F32, as V41Model keeps them), plus one
+    // image-span flag byte each in the official accounting.
     const size_t n = size_t(c.engram_max_ngram > 0 ? c.engram_max_ngram - 1 : 0);
-    k.history_bytes_per_slot = n * (f == KvFormat::F32 ? 8 : 5);
+    k.history_bytes_per_slot = n * (f == KvFormat::F32 ? 4 : 5);
   }
   k.spec.bytes_per_slot = k.swa_bytes_per_slot + k.compressor_bytes_per_slot + k.history_bytes_per_slot;
   k.global_bytes_per_token = double(k.spec.bytes_per_block) / double(block_tokens);

@@ -7,10 +7,8 @@
 // - cancelling mid-prefill and mid-decode frees blocks and slots.
 #include <gtest/gtest.h>
 
-#include <cmath>
-
-#include "core/safetensors.h"
 #include "engine_harness.h"
+#include "reference_check.h"
 
 namespace dil::testing {
 namespace {
@@ -31,12 +29,6 @@ EngineOptions v4_options() {
   return o;
 }
 
-std::vector<int32_t> i32_tensor(const SafeTensors& st, const std::string& name) {
-  const StEntry& e = st.at(name);
-  const int32_t* p = reinterpret_cast<const int32_t*>(e.data);
-  return std::vector<int32_t>(p, p + e.numel());
-}
-
 // Shorter than the fake-model mix (the CPU reference costs ~4 ms a token) but still across
 // the 128-token block and compression boundaries: 127, 128, 129, 140 and chunk splits.
 const std::vector<int> kV4Mix = {1, 5, 17, 40, 127, 128, 129, 60, 3, 90, 33, 20, 140, 9, 70, 45};
@@ -55,32 +47,7 @@ void expect_pool_empty(const Engine& e) {
   }));
 }
 
-TEST(V4Engine, GreedyMatchesHfReference) {
-  SafeTensors ref = SafeTensors::open(kDir + "/reference.safetensors");
-  auto prompt = i32_tensor(ref, "decode.input_ids");
-  auto want = i32_tensor(ref, "decode.generated_ids");  // argmax of HF float64 logits
-  const StEntry& le = ref.at("decode.logits");          // [40, vocab] f32
-  const float* logits = reinterpret_cast<const float*>(le.data);
-  auto e = make_engine(v4_options());
-  GenRequest r;
-  r.prompt = prompt;
-  r.sampling.temperature = 0;
-  r.sampling.logprobs = 0;
-  r.stop.max_tokens = int(want.size());
-  r.stop.ignore_eos = true;
-  Result got = drain(*e->submit(r));
-  ASSERT_EQ(got.tokens, want);
-  // Raw logprobs = log_softmax of the model's logits: within twice the model's logit bound
-  // (max |d| <= 2e-3 against the same reference, tests/model/test_v4_fixture.cpp).
-  const int64_t V = e->info().vocab_size;
-  for (size_t j = 0; j < want.size(); ++j) {
-    const float* row = logits + j * V;
-    double mx = row[0], sum = 0;
-    for (int64_t v = 0; v < V; ++v) mx = std::max<double>(mx, row[v]);
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
-    EXPECT_NEAR(got.logprobs[j], row[want[j]] - mx - std::log(sum), 4e-3) << "token " << j;
-  }
-}
+TEST(V4Engine, GreedyMatchesHfReference) { expect_greedy_matches_reference(v4_options()); }
 
 TEST(V4Engine, ConcurrentRequestsMatchAlone) {
   auto reqs = mixed_requests(1024, kV4Mix);

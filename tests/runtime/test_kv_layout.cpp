@@ -24,6 +24,19 @@ TEST(KvLayout, F32MatchesTheV4ModelsCacheSpec) {
   }
 }
 
+TEST(KvLayout, F32MatchesTheV41ModelsCacheSpec) {
+  auto be = make_backend(BackendKind::CPU);
+  ModelOptions mo;
+  mo.numerics = Numerics::Reference;
+  auto model = load_model(kRoot + "/tests/data/v41-tiny", *be, mo);
+  for (int bt : {128, 256}) {
+    const CacheSpec want = model->cache_spec(bt);
+    const KvLayout got = kv_layout(model->config(), bt, KvFormat::F32);
+    EXPECT_EQ(got.spec.bytes_per_block, want.bytes_per_block) << bt;
+    EXPECT_EQ(got.spec.bytes_per_slot, want.bytes_per_slot) << bt;
+  }
+}
+
 // V4-Flash (model-spec §3.9, vLLM fp8_ds_mla): rows of 448 e4m3 + 64 bf16 + 7 ue8m0 + 1 pad =
 // 584 B; indexer keys 64 B e2m1 + 4 ue8m0 = 68 B. 21 CSA layers (ratio 4: row + key per 4
 // tokens), 20 HCA layers (ratio 128: row per 128 tokens), 43 + 1 MTP window rings of 128 rows,

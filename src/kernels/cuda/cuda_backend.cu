@@ -160,9 +160,16 @@ class CudaBackend final : public Backend {
                    const StepMeta& m) override {
     cuda::paged_write(c_, rows, cache, rows_per_block, plan, m);
   }
-  void indexer_topk(const IndexerArgs& a, const StepMeta& m) override { cuda::indexer_topk(c_, a, m); }
+  void indexer_topk(const IndexerArgs& a, const StepMeta& m) override {
+    if (!a.cand_out.empty() || !a.cand_in.empty())
+      DIL_FAIL("cuda backend: V4.1 candidate blocks (indexer_topk cand_out/cand_in) are not implemented yet");
+    cuda::indexer_topk(c_, a, m);
+  }
 
-  void moe_route(const MoeRouteArgs& a) override { cuda::moe_route(c_, a); }
+  void moe_route(const MoeRouteArgs& a) override {
+    if (!a.image_mask.empty()) DIL_FAIL("cuda backend: moe_route image_mask (V4.1 bias_vl) is not implemented yet");
+    cuda::moe_route(c_, a);
+  }
   void moe_experts(const MoeExpertsArgs& a) override { cuda::moe_experts(c_, a); }
   void swiglu(const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out) override {
     cuda::swiglu(c_, g, u, w, limit, out);

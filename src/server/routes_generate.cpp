@@ -1,0 +1,282 @@
+// /v1/chat/completions and /v1/completions: validate, render, tokenize, submit, then answer
+// with one JSON body or an SSE stream (role chunk, deltas, finish chunk, usage, [DONE]).
+#include <chrono>
+
+#include "core/check.h"
+#include "server/generation.h"
+#include "server/openai_format.h"
+#include "server/server_core.h"
+
+namespace dil::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+// n choices of one prompt: the same request with per-choice seeds (seed + i), so a seeded
+// n=2 request is reproducible and its choices still differ.
+void add_choices(std::vector<ChoiceSpec>* specs, const GenRequest& base, const ChoiceConfig& cfg, int n,
+                 int prompt_index) {
+  for (int i = 0; i < n; ++i) {
+    ChoiceSpec s{base, cfg, prompt_index};
+    if (base.sampling.seed) s.request.sampling.seed = *base.sampling.seed + uint64_t(i);
+    specs->push_back(std::move(s));
+  }
+}
+
+// Per-choice accumulation for non-streaming answers.
+struct Collected {
+  std::string content, reasoning, finish_reason, error;
+  std::vector<tok::ToolCall> tool_calls;
+  std::vector<GenToken> tokens;
+};
+
+std::vector<Collected> collect(Generation& g, size_t n_choices) {
+  std::vector<Collected> out(n_choices);
+  while (!g.done()) {
+    for (auto& d : g.poll(1000ms)) {
+      Collected& c = out[size_t(d.index)];
+      c.content += d.content;
+      c.reasoning += d.reasoning;
+      for (auto& t : d.tool_calls) c.tool_calls.push_back(std::move(t));
+      c.tokens.insert(c.tokens.end(), d.tokens.begin(), d.tokens.end());
+      if (!d.finish_reason.empty()) c.finish_reason = d.finish_reason;
+      if (!d.error.empty()) c.error = d.error;
+    }
+  }
+  for (const auto& c : out)
+    if (c.finish_reason == "error") throw ApiError(500, "generation failed: " + c.error, "", "", "server_error");
+  return out;
+}
+
+struct StreamState {
+  std::shared_ptr<Generation> gen;
+  ResponseMeta meta;
+  bool chat = false;
+  bool thinking = false;
+  bool include_usage = false;
+  int top_logprobs = -1;  // -1: no logprobs
+  bool started = false;
+  bool finished = false;
+  std::vector<size_t> text_len;  // completions: text offset per choice (for logprobs)
+  std::vector<std::string> echo; // completions: prompt text per choice to echo first
+};
+
+std::string chat_delta_chunks(const StreamState& st, const ChoiceDelta& d, const tok::Tokenizer& t) {
+  std::string out;
+  const bool has_text = !d.content.empty() || !d.reasoning.empty() || !d.tool_calls.empty();
+  if (has_text || (!d.tokens.empty() && st.top_logprobs >= 0)) {
+    Json delta = Json::object();
+    if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+    if (!d.content.empty()) delta["content"] = d.content;
+    if (!d.tool_calls.empty()) delta["tool_calls"] = tool_calls_json(d.tool_calls, d.first_tool_index, true);
+    Json ch{{"index", d.index}, {"delta", delta},
+            {"logprobs", st.top_logprobs >= 0 ? chat_logprobs(t, d.tokens, st.top_logprobs) : Json()},
+            {"finish_reason", nullptr}};
+    out += sse(chat_chunk(st.meta, Json::array({ch}), st.include_usage));
+  }
+  if (!d.finish_reason.empty()) {
+    Json ch{{"index", d.index}, {"delta", Json::object()}, {"logprobs", nullptr},
+            {"finish_reason", d.finish_reason == "abort" ? "stop" : d.finish_reason}};
+    out += sse(chat_chunk(st.meta, Json::array({ch}), st.include_usage));
+  }
+  return out;
+}
+
+std::string completion_delta_chunks(StreamState& st, const ChoiceDelta& d, const tok::Tokenizer& t) {
+  if (d.content.empty() && d.finish_reason.empty() && d.tokens.empty()) return "";
+  size_t& off = st.text_len[size_t(d.index)];
+  Json lp = st.top_logprobs >= 0 ? completion_logprobs(t, d.tokens, st.top_logprobs, off) : Json();
+  off += d.content.size();
+  Json ch{{"index", d.index}, {"text", d.content}, {"logprobs", lp},
+          {"finish_reason", d.finish_reason.empty() ? Json() : Json(d.finish_reason)}};
+  return sse(completion_chunk(st.meta, Json::array({ch}), st.include_usage));
+}
+
+// Called by cpp-httplib until sink.done(); each call waits briefly for engine output so a
+// disconnect (failed write) is noticed within one engine step of output.
+bool pump(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, httplib::DataSink& sink) {
+  std::string out;
+  if (!st->started) {
+    st->started = true;
+    const size_t n = st->text_len.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (st->chat) {
+        Json ch{{"index", i}, {"delta", Json{{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                {"finish_reason", nullptr}};
+        out += sse(chat_chunk(st->meta, Json::array({ch}), st->include_usage));
+      } else if (!st->echo[i].empty()) {
+        Json ch{{"index", i}, {"text", st->echo[i]}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+        out += sse(completion_chunk(st->meta, Json::array({ch}), st->include_usage));
+        st->text_len[i] = st->echo[i].size();
+      }
+    }
+  }
+  if (!st->gen->done()) {
+    for (const auto& d : st->gen->poll(50ms)) {
+      if (d.finish_reason == "error") {
+        out += sse(Json{{"error", {{"message", "generation failed: " + d.error}, {"type", "server_error"},
+                                   {"param", nullptr}, {"code", nullptr}}}});
+        sink.write(out.data(), out.size());
+        return false;  // OpenAI clients raise on an error event; close the stream
+      }
+      out += st->chat ? chat_delta_chunks(*st, d, t) : completion_delta_chunks(*st, d, t);
+    }
+  }
+  if (st->gen->done() && !st->finished) {
+    st->finished = true;
+    if (st->include_usage) {
+      Json u = usage_json(st->gen->prompt_tokens(), st->gen->completion_tokens());
+      Json j = st->chat ? chat_chunk(st->meta, Json::array(), false) : completion_chunk(st->meta, Json::array(), false);
+      j["usage"] = u;
+      out += sse(j);
+    }
+    out += kSseDone;
+  }
+  if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+  if (st->finished) sink.done();
+  return true;
+}
+
+void stream_response(httplib::Response& res, std::shared_ptr<StreamState> st, const tok::Tokenizer& t) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st, &t](size_t, httplib::DataSink& sink) { return pump(st, t, sink); },
+      [st](bool success) {
+        // A failed write means the client went away: drop the generation now so the engine
+        // frees the request's state at its next step (the destructor cancels it).
+        if (!success) st->gen.reset();
+      });
+}
+
+}  // namespace
+
+void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
+  const Json body = parse_body(req.body);
+  ChatRequest cr = parse_chat_request(body, opts.defaults, vocab);
+  check_model(cr.gen.model);
+  std::string prompt;
+  try {
+    prompt = tok::render_chat(format, cr.messages, cr.chat);
+  } catch (const dil::Error& e) {
+    throw ApiError(400, e.what(), "messages");
+  }
+  GenRequest base;
+  base.prompt = encode(prompt, "messages");
+  fit_context(&cr.gen, int(base.prompt.size()), "messages");
+  base.sampling = cr.gen.sampling;
+  base.stop = cr.gen.stop;
+  // A model that starts a new turn has finished its own (as other V4 servers stop on these).
+  for (const char* s : {"<｜User｜>", "<｜Assistant｜>", "<｜latest_reminder｜>", "<｜System｜>"}) {
+    const int32_t id = tok.token_to_id(s);
+    if (id >= 0) base.stop.stop_token_ids.push_back(id);
+  }
+  ChoiceConfig cfg;
+  cfg.chat = true;
+  cfg.thinking = cr.chat.thinking_mode == "thinking";
+  cfg.parse_tools = !cr.chat.tools.is_null();
+  cfg.skip_special = cr.gen.skip_special_tokens;
+  cfg.stop_strings = cr.gen.stop_strings;
+  admit(cr.gen.n);
+  std::vector<ChoiceSpec> specs;
+  add_choices(&specs, base, cfg, cr.gen.n, 0);
+  auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "chatcmpl-" + random_hex(24), std::move(specs));
+  ResponseMeta meta{gen->id(), gen->created(), opts.model_name};
+  const int top = cr.logprobs ? cr.gen.sampling.logprobs : -1;
+
+  if (cr.gen.stream) {
+    auto st = std::make_shared<StreamState>();
+    st->gen = gen;
+    st->meta = meta;
+    st->chat = true;
+    st->thinking = cfg.thinking;
+    st->include_usage = cr.gen.include_usage;
+    st->top_logprobs = top;
+    st->text_len.assign(size_t(cr.gen.n), 0);
+    st->echo.assign(size_t(cr.gen.n), "");
+    stream_response(res, std::move(st), tok);
+    return;
+  }
+  const auto got = collect(*gen, size_t(cr.gen.n));
+  Json choices = Json::array();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const Collected& c = got[i];
+    Json msg{{"role", "assistant"}, {"content", c.content}};
+    if (cfg.thinking || !c.reasoning.empty()) msg["reasoning_content"] = c.reasoning;
+    if (!c.tool_calls.empty()) {
+      msg["tool_calls"] = tool_calls_json(c.tool_calls, 0, false);
+      if (c.content.empty()) msg["content"] = nullptr;
+    }
+    choices.push_back(Json{{"index", i}, {"message", msg},
+                           {"logprobs", top >= 0 ? chat_logprobs(tok, c.tokens, top) : Json()},
+                           {"finish_reason", c.finish_reason == "abort" ? "stop" : c.finish_reason}});
+  }
+  send_json(res, 200,
+            Json{{"id", meta.id}, {"object", "chat.completion"}, {"created", meta.created}, {"model", meta.model},
+                 {"system_fingerprint", "deepinfer-lab"}, {"choices", choices},
+                 {"usage", usage_json(gen->prompt_tokens(), gen->completion_tokens())}});
+}
+
+void Server::Core::completions(const httplib::Request& req, httplib::Response& res) {
+  const Json body = parse_body(req.body);
+  CompletionRequest cr = parse_completion_request(body, vocab);
+  check_model(cr.gen.model);
+  const int32_t bos = engine.info().bos_token_id;
+  std::vector<ChoiceSpec> specs;
+  std::vector<std::string> echo;
+  ChoiceConfig cfg;
+  cfg.skip_special = cr.gen.skip_special_tokens;
+  cfg.stop_strings = cr.gen.stop_strings;
+  int max_tokens_given = cr.gen.stop.max_tokens;
+  for (size_t p = 0; p < cr.prompts.size(); ++p) {
+    const auto& pr = cr.prompts[p];
+    GenRequest base;
+    if (pr.is_text) {
+      // Like HF's add_special_tokens=True for DeepSeek: BOS first.
+      base.prompt = encode(pr.text, "prompt");
+      if (bos >= 0 && (base.prompt.empty() || base.prompt[0] != bos)) base.prompt.insert(base.prompt.begin(), bos);
+    } else {
+      base.prompt = pr.ids;
+    }
+    GenParams g = cr.gen;
+    g.stop.max_tokens = max_tokens_given;
+    fit_context(&g, int(base.prompt.size()), "prompt");
+    base.sampling = g.sampling;
+    base.stop = g.stop;
+    add_choices(&specs, base, cfg, cr.gen.n, int(p));
+    for (int i = 0; i < cr.gen.n; ++i)
+      echo.push_back(cr.echo ? (pr.is_text ? pr.text : tok.decode(pr.ids)) : std::string());
+  }
+  admit(int(specs.size()));
+  const size_t n_choices = specs.size();
+  auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "cmpl-" + random_hex(24), std::move(specs));
+  ResponseMeta meta{gen->id(), gen->created(), opts.model_name};
+  const int top = cr.gen.sampling.logprobs;
+
+  if (cr.gen.stream) {
+    auto st = std::make_shared<StreamState>();
+    st->gen = gen;
+    st->meta = meta;
+    st->include_usage = cr.gen.include_usage;
+    st->top_logprobs = top;
+    st->text_len.assign(n_choices, 0);
+    st->echo = echo;
+    stream_response(res, std::move(st), tok);
+    return;
+  }
+  const auto got = collect(*gen, n_choices);
+  Json choices = Json::array();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const Collected& c = got[i];
+    choices.push_back(Json{{"index", i}, {"text", echo[i] + c.content},
+                           {"logprobs", top >= 0 ? completion_logprobs(tok, c.tokens, top, echo[i].size()) : Json()},
+                           {"finish_reason", c.finish_reason == "abort" ? "stop" : c.finish_reason}});
+  }
+  send_json(res, 200,
+            Json{{"id", meta.id}, {"object", "text_completion"}, {"created", meta.created}, {"model", meta.model},
+                 {"system_fingerprint", "deepinfer-lab"}, {"choices", choices},
+                 {"usage", usage_json(gen->prompt_tokens(), gen->completion_tokens())}});
+}
+
+}  // namespace dil::server

@@ -1,0 +1,48 @@
+// Internal to src/server: what the route handlers share, and the handlers themselves.
+#pragma once
+#include <httplib.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "core/check.h"
+#include "server/metrics.h"
+#include "server/server.h"
+
+namespace dil::server {
+
+struct Server::Core {
+  Engine& engine;
+  const tok::Tokenizer& tok;
+  tok::PromptFormat format;
+  ServerOptions opts;
+  Metrics metrics;
+  httplib::Server http;
+  int64_t vocab = 0;  // ids a client may send: below both the tokenizer's and the model's size
+
+  int listen_fd = -1;  // the listening socket, to raise its backlog after bind
+
+  // /health: a wedged engine (work queued, no step for health_stall_s) answers 503.
+  mutable std::mutex health_mu;
+  mutable int64_t last_steps = -1;
+  mutable std::chrono::steady_clock::time_point last_progress = std::chrono::steady_clock::now();
+  bool engine_wedged() const;
+
+  Core(Engine& e, const tok::Tokenizer& t, tok::PromptFormat f, ServerOptions o);
+
+  void check_model(const std::string& model) const;  // 404 for another model's name
+  std::vector<int32_t> encode(const std::string& text, const std::string& param) const;
+  // Fills max_tokens from the context left, or 400 with the counts when it does not fit.
+  void fit_context(GenParams* g, int prompt_tokens, const std::string& param) const;
+  void admit(int n) const;  // 429 when over the concurrency limit (reject mode)
+
+  void chat(const httplib::Request& req, httplib::Response& res);
+  void completions(const httplib::Request& req, httplib::Response& res);
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+};
+
+void send_json(httplib::Response& res, int status, const Json& j);
+void send_error(httplib::Response& res, const ApiError& e);
+
+}  // namespace dil::server
