@@ -138,6 +138,9 @@ struct MoeExpertsArgs {
   int act_block = 0;              // FP8 activation-quant block (0: none)
   float swiglu_limit = 10.0f;
   Tensor out;                     // [T, D] f32 (overwritten with the routed sum)
+  // Expert parallelism: w1/w2/w3[j] hold global expert expert_offset + j. Routed slots whose
+  // expert is not held (another rank's expert, or -1 for a padding row) contribute 0.
+  int expert_offset = 0;
 };
 
 class Backend {
@@ -221,6 +224,9 @@ class Backend {
   // Hardware ceilings measured on this device for the benchmarks, e.g. "bf16_gemm_tflops",
   // "fp8_gemm_tflops", "hbm_copy_gbps" (read + write bytes). Empty where not measurable.
   virtual std::map<std::string, double> measure_ceilings() { return {}; }
+  // The device stream every op is ordered on, as an opaque handle (CUDA: the cudaStream_t),
+  // so that the NCCL communicator enqueues its collectives in the same order. CPU: nullptr.
+  virtual void* native_stream() { return nullptr; }
 
  private:
   std::vector<std::chrono::steady_clock::time_point> host_events_;

@@ -4,6 +4,9 @@
 //                 [--layers 1,3,4] [--device cuda] [--mode official] [--iters 3] [--json OUT]
 //   bench decode  --config FILE --batch B --context C [...same options]
 //   bench ceilings [--device cuda]
+//   prefill/decode also take --nproc N (and --nnodes/--node-rank/--master-addr/--master-port):
+//   expert-parallel MoE over N GPUs, every rank running the same step on its own sequences
+//   (data-parallel attention); rank 0 prints and writes the JSON.
 //
 // Dummy weights in the official formats (--load-format dummy) for a subset of layers, a cached
 // context synthesized with random rows, one step timed after a warm-up, a per-module breakdown,
@@ -18,6 +21,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/dist_run.h"
 #include "cli/ids.h"
 #include "model/cost.h"
 #include "model/model.h"
@@ -75,11 +79,16 @@ Run time_steps(Model& model, Backend& be, const StepBatch& batch, int warmup, in
   return r;
 }
 
-int bench_model(const Args& args, bool decode) {
+int bench_model(const Args& args, bool decode, int argc, char** argv) {
   const std::string cfg_path = args.need("config");
   ModelConfig cfg = load_config(cfg_path);
-  auto be = make_backend(parse_backend_kind(args.get("device", "cuda")));
+  int launcher_status = 0;
+  auto run = start_dist(args, argc, argv, &launcher_status, "cuda");
+  if (!run) return launcher_status;
+  Backend* be = run->be.get();
+  const bool quiet = run->rank() != 0;
   ModelOptions opt;
+  opt.comm = run->comm.get();
   opt.numerics = parse_numerics(args.get("mode", "official"));
   opt.load_format = "dummy";
   opt.seed = uint64_t(args.get_int("seed", 1));
@@ -110,6 +119,7 @@ int bench_model(const Args& args, bool decode) {
   }
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   Run r = time_steps(*model, *be, batch, warmup, iters);
+  if (quiet) return 0;
 
   std::map<std::string, double> ceil = be->measure_ceilings();
   auto cost = step_cost(cfg, opt.layers, n_seqs, cached, new_tokens);
@@ -141,8 +151,8 @@ int bench_model(const Args& args, bool decode) {
   full_ms *= scale;
 
   const double tokens = double(n_seqs * new_tokens);
-  std::printf("\n%s %s  device %s  mode %s  layers [", decode ? "decode" : "prefill", cfg_path.c_str(), be->name().c_str(),
-              args.get("mode", "official").c_str());
+  std::printf("\n%s %s  device %s x %d ranks (expert-parallel MoE)  mode %s  layers [", decode ? "decode" : "prefill",
+              cfg_path.c_str(), be->name().c_str(), run->size(), args.get("mode", "official").c_str());
   for (size_t i = 0; i < opt.layers.size(); ++i) std::printf("%s%d", i ? "," : "", opt.layers[i]);
   std::printf("] of %d  seqs %lld  cached %lld  new %lld/seq  (load+synth %.1fs)\n", cfg.n_layers, (long long)n_seqs,
               (long long)cached, (long long)new_tokens, load_s);
@@ -165,7 +175,7 @@ int bench_model(const Args& args, bool decode) {
                 tokens / (full_ms / 1e3), full_floor);
   else
     std::printf("not extrapolated: the subset lacks a layer kind of the full model\n");
-  json out = {{"bench", decode ? "decode" : "prefill"}, {"config", cfg_path}, {"device", be->name()},
+  json out = {{"bench", decode ? "decode" : "prefill"}, {"config", cfg_path}, {"device", be->name()}, {"ranks", run->size()},
               {"layers", opt.layers}, {"n_layers", cfg.n_layers}, {"seqs", n_seqs}, {"cached", cached},
               {"new_tokens", new_tokens}, {"step_ms_subset", r.step_ms}, {"modules", jm},
               {"layer_kind_ms", r.layer_kind_ms}, {"ceilings", ceil}, {"floor_ms_subset", subset_floor},
@@ -193,8 +203,8 @@ int cmd_bench(int argc, char** argv) {
   if (argc < 2) DIL_FAIL("usage: deepinfer-lab bench prefill|decode|ceilings [options]");
   std::string what = argv[1];
   Args args(argc - 1, argv + 1);
-  if (what == "prefill") return bench_model(args, false);
-  if (what == "decode") return bench_model(args, true);
+  if (what == "prefill") return bench_model(args, false, argc, argv);
+  if (what == "decode") return bench_model(args, true, argc, argv);
   if (what == "ceilings") return bench_ceilings(args);
   DIL_FAIL("unknown bench '", what, "' (prefill, decode or ceilings)");
 }

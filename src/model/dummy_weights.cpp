@@ -60,9 +60,18 @@ bool wanted(const std::string& name, const std::vector<int>& layers) {
   return std::find(layers.begin(), layers.end(), L) != layers.end();
 }
 
+// "layers.L.ffn.experts.E.*": E, else -1.
+int expert_of(const std::string& name) {
+  const std::string key = ".ffn.experts.";
+  size_t p = name.find(key);
+  if (name.rfind("layers.", 0) != 0 || p == std::string::npos) return -1;
+  return std::stoi(name.substr(p + key.size()));
+}
+
 }  // namespace
 
-SafeTensors make_dummy_checkpoint(const ModelConfig& cfg, const std::vector<int>& layers, uint64_t seed) {
+SafeTensors make_dummy_checkpoint(const ModelConfig& cfg, const std::vector<int>& layers, uint64_t seed, int expert_lo,
+                                  int expert_hi) {
   std::vector<TensorSpec> specs = expected_tensors(cfg, false);
   std::map<std::string, const TensorSpec*> by_name;
   for (const auto& s : specs) by_name[s.name] = &s;
@@ -79,9 +88,11 @@ SafeTensors make_dummy_checkpoint(const ModelConfig& cfg, const std::vector<int>
   uint64_t tseed = seed;
   for (const TensorSpec& s : specs) {
     if (!wanted(s.name, layers)) continue;
+    const uint64_t ts = splitmix(tseed);  // drawn for every tensor: values do not depend on the filters below
+    const int e = expert_of(s.name);
+    if (e >= 0 && (e < expert_lo || (expert_hi >= 0 && e >= expert_hi))) continue;
     const size_t n = size_t(std::max<int64_t>(1, [&] { int64_t k = 1; for (auto d : s.shape) k *= d; return k; }()));
     Buffer buf = host_alloc(s.nbytes());
-    const uint64_t ts = splitmix(tseed);
     const int64_t in = s.shape.size() == 2 ? s.shape[1] : 1;
     switch (s.dtype) {
       case DType::F8E4M3:

@@ -1,6 +1,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "dist/communicator.h"
 #include "model/dummy_weights.h"
 #include "model/model.h"
 #include "model/schema.h"
@@ -30,7 +31,13 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
     cfg = load_config(fs::is_directory(dir) ? (fs::path(dir) / "config.json").string() : dir);
     for (int L : opt.layers)
       if (L < 0 || L >= cfg.n_layers) DIL_FAIL("layer ", L, " outside [0, ", cfg.n_layers, ")");
-    st = std::make_unique<SafeTensors>(make_dummy_checkpoint(cfg, opt.layers, opt.seed));
+    // Expert parallelism: only this rank's experts (the model binds no others).
+    int e_lo = 0, e_hi = -1;
+    if (opt.comm && opt.comm->size() > 1) {
+      e_lo = int(int64_t(cfg.n_routed) * opt.comm->rank() / opt.comm->size());
+      e_hi = int(int64_t(cfg.n_routed) * (opt.comm->rank() + 1) / opt.comm->size());
+    }
+    st = std::make_unique<SafeTensors>(make_dummy_checkpoint(cfg, opt.layers, opt.seed, e_lo, e_hi));
     if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
     DIL_FAIL("DeepSeek-V4.1 forward is not supported yet");
   }
@@ -49,6 +56,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
     DIL_FAIL(msg);
   }
   if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
+  if (opt.comm && opt.comm->size() > 1) DIL_FAIL("expert parallelism (several ranks) is not supported for V4.1 yet");
   const std::string tok = (fs::path(dir) / "tokenizer.json").string();
   if (!cfg.engram_layers.empty() && !fs::exists(tok))
     DIL_FAIL("model folder ", dir, " has no tokenizer.json (V4.1's Engram hashes derive from it)");

@@ -12,6 +12,8 @@
 
 namespace dil {
 
+class Communicator;  // dist/communicator.h
+
 enum class Numerics { Official, Reference };
 Numerics parse_numerics(const std::string& s);  // "official" | "reference"; throws dil::Error
 
@@ -26,6 +28,12 @@ struct ModelOptions {
   // Backbone layers to build and run (empty: all). Benchmarks run a subset of a model that
   // does not fit one GPU and extrapolate.
   std::vector<int> layers;
+  // Expert parallelism (src/dist): with a communicator of R > 1 ranks this rank loads and runs
+  // only the routed experts [rank*E/R, (rank+1)*E/R); attention and dense weights are
+  // replicated and each rank runs attention on its own sequences (data parallel). Every rank
+  // must call forward() for every step, with an empty batch when it has no tokens.
+  // nullptr or R = 1: the single-rank model, no communicator calls.
+  Communicator* comm = nullptr;
 };
 
 // One sequence's share of a step. Its recurrent state lives in `slot`; its compressed rows
@@ -43,6 +51,10 @@ struct SeqChunk {
 struct StepBatch {
   std::vector<int32_t> tokens;  // concatenation of every chunk's tokens
   std::vector<SeqChunk> seqs;
+  // Expert-parallel runs: every rank's token count for this step, in rank order, agreed on the
+  // host before the step (agree_step_tokens in dist/step_agreement.h) so that the forward
+  // never waits on the host. Empty: forward() agrees itself, before any device work.
+  std::vector<int64_t> rank_tokens;
 };
 
 // Bytes the cache needs, for the runtime's accounting (exact for the layout in use).

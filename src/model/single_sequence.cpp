@@ -11,7 +11,8 @@ SingleSequence::SingleSequence(Model& model, int max_len, int block_tokens)
   model_.allocate_cache(n_blocks, 1, block_tokens);
 }
 
-std::vector<float> SingleSequence::feed(const std::vector<int32_t>& tokens, bool all_logits) {
+std::vector<float> SingleSequence::feed(const std::vector<int32_t>& tokens, bool all_logits,
+                                        const std::vector<int64_t>& rank_tokens) {
   if (tokens.empty()) return {};
   if (pos_ + int(tokens.size()) > max_len_)
     DIL_FAIL("sequence of ", pos_ + tokens.size(), " tokens exceeds the cache (", max_len_, ")");
@@ -25,6 +26,7 @@ std::vector<float> SingleSequence::feed(const std::vector<int32_t>& tokens, bool
   c.want_logits = true;
   c.all_logits = all_logits;
   b.seqs.push_back(c);
+  b.rank_tokens = rank_tokens;
   std::vector<float> logits;
   model_.forward(b, &logits);
   pos_ += int(tokens.size());

@@ -12,7 +12,9 @@ class SingleSequence {
   SingleSequence(Model& model, int max_len, int block_tokens = 128);
   // Feeds `tokens` as one chunk at the current position; returns [rows, vocab] logits for
   // every token (all_logits) or only the last one.
-  std::vector<float> feed(const std::vector<int32_t>& tokens, bool all_logits);
+  // Expert-parallel runs pass every rank's token count for the step (StepBatch::rank_tokens).
+  std::vector<float> feed(const std::vector<int32_t>& tokens, bool all_logits,
+                          const std::vector<int64_t>& rank_tokens = {});
   int position() const { return pos_; }
 
  private:

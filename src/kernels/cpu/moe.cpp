@@ -89,7 +89,8 @@ void CpuBackend::moe_route(const MoeRouteArgs& a) {
   }
 }
 
-// x [T, D] -> out [T, D]. For token t and its i-th expert e = route_idx[t, i]:
+// x [T, D] -> out [T, D]. For token t and its i-th expert e = route_idx[t, i] (held here:
+// e - expert_offset in [0, w1.size()); other slots contribute 0):
 //   g = linear(x_t, w1[e], act_block), u = linear(x_t, w3[e], act_block);
 //   h = silu(min(g, lim)) * clamp(u, -lim, lim) * route_w[t, i]  (f32 steps);
 //   y_i = linear(h, w2[e], act_block);
@@ -108,8 +109,10 @@ void CpuBackend::moe_experts(const MoeExpertsArgs& a) {
   // Rows (t * k + i) of each expert, in ascending order.
   std::map<int32_t, std::vector<int64_t>> by_expert;
   for (int64_t r = 0; r < T * k; ++r) {
-    const int32_t e = a.route_idx.ptr<int32_t>()[r];
-    DIL_CHECK(e >= 0 && e < n_exp, "moe_experts: expert ", e, " of ", n_exp);
+    const int32_t g = a.route_idx.ptr<int32_t>()[r];
+    DIL_CHECK(g >= -1, "moe_experts: expert ", g);
+    const int32_t e = g < 0 ? -1 : g - a.expert_offset;
+    if (e < 0 || e >= n_exp) continue;  // padding, or an expert held by another rank: y stays 0
     by_expert[e].push_back(r);
   }
   std::vector<float> y(static_cast<size_t>(T * k * D));  // [T, k, D] each expert's output per (token, slot)

@@ -71,6 +71,7 @@ class CudaBackend final : public Backend {
   }
 
   Device device() const override { return Device::CUDA; }
+  void* native_stream() override { return c_.stream; }
   std::string name() const override {
     return str_cat("cuda:", c_.device, c_.use_cublaslt ? "" : " (simt gemm)");
   }

@@ -88,10 +88,12 @@ struct MoeIndex {
   int32_t* n_tiles;    // [1]
 };
 
-__global__ void moe_count_kernel(const int32_t* idx, int64_t n, int E, int32_t* counts) {
+// Expert ids are global; this call holds experts [e0, e0 + E) (expert parallelism), others
+// and -1 (padding rows) are skipped.
+__global__ void moe_count_kernel(const int32_t* idx, int64_t n, int e0, int E, int32_t* counts) {
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  int e = idx[i];
+  int e = idx[i] < 0 ? -1 : idx[i] - e0;
   if (e >= 0 && e < E) atomicAdd(&counts[e], 1);
 }
 
@@ -114,10 +116,10 @@ __global__ void moe_scan_kernel(MoeIndex I, int E, int max_tiles, int bm) {
   *I.n_tiles = tiles;
 }
 
-__global__ void moe_scatter_kernel(const int32_t* idx, int64_t n, int k, int E, MoeIndex I) {
+__global__ void moe_scatter_kernel(const int32_t* idx, int64_t n, int k, int e0, int E, MoeIndex I) {
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  int e = idx[i];
+  int e = idx[i] < 0 ? -1 : idx[i] - e0;
   if (e < 0 || e >= E) {
     I.pos_of[i] = -1;
     return;
@@ -267,11 +269,11 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   I.n_tiles = p;
   DIL_CUDA(cudaMemsetAsync(I.counts, 0, size_t(E) * 4, c.stream));
   const int32_t* idx = a.route_idx.ptr<int32_t>();
-  moe_count_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, E, I.counts);
+  moe_count_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, a.expert_offset, E, I.counts);
   DIL_LAUNCH_CHECK("moe_count_kernel");
   moe_scan_kernel<<<1, 32, 0, c.stream>>>(I, E, max_tiles, bm);
   DIL_LAUNCH_CHECK("moe_scan_kernel");
-  moe_scatter_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, k, E, I);
+  moe_scatter_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, k, a.expert_offset, E, I);
   DIL_LAUNCH_CHECK("moe_scatter_kernel");
 
   const float* x = a.x.ptr<float>();
