@@ -13,8 +13,17 @@ V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be
     : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), official_(opt.numerics == Numerics::Official),
       binder_(*st_, be, cfg_) {
   if (cfg_.gate_temp != 1.0f) DIL_FAIL("gate_temp ", cfg_.gate_temp, " is not supported (the release uses 1.0)");
-  if (!cfg_.engram_layers.empty())
+  // Layers to build and run: all, or a subset (benchmarks) that must hold the kv / index /
+  // candidate sources its layers read.
+  std::vector<bool> on(size_t(cfg_.n_layers), opt.layers.empty());
+  for (int L : opt.layers) on[size_t(L)] = true;
+  bool engram_on = false;
+  for (int L : cfg_.engram_layers) engram_on |= L < cfg_.n_layers && on[size_t(L)];
+  if (engram_on) {
+    if (tokenizer_json.empty())
+      DIL_FAIL("Engram layers need the model's tokenizer.json (dummy weights: choose layers without Engram)");
     ehash_ = make_engram_hash(cfg_, build_compressed_token_map(tokenizer_json));
+  }
   embed_ = binder_.matrix("embed");
   head_ = binder_.matrix("head");
   norm_ = binder_.tensor("norm.weight");
@@ -29,6 +38,7 @@ V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be
   }
   layers_.resize(size_t(cfg_.n_layers));
   for (int L = 0; L < cfg_.n_layers; ++L) {
+    layers_[size_t(L)].active = on[size_t(L)];
     bind_layer(layers_[size_t(L)], L);
     layers_[size_t(L)].rope = tables[cfg_.ratio(L) > 0 ? 1 : 0];
   }
@@ -50,6 +60,14 @@ void V41Model::bind_layer(Layer& l, int L) {
     DIL_FAIL("layer ", L, " reads compressed rows (ratio ", l.ratio, ") but has no kv source or index source before it");
   if (l.kv_src >= 0 && cfg_.ratio(l.kv_src) != l.ratio)
     DIL_FAIL("layer ", L, " has ratio ", l.ratio, " but its kv source ", l.kv_src, " has ratio ", cfg_.ratio(l.kv_src));
+  l.kind = std::string("layer:") +
+           (l.ratio == 0 ? "SWA"
+                         : (l.kv_source ? "Full" : l.index_source ? "Reindex" : "Reuse") + std::string("-r") +
+                               std::to_string(l.ratio));
+  if (!l.active) return;
+  for (int src : {l.kv_src, l.idx_src, l.uses_cand ? cfg_.candidate_source_layer : -1})
+    if (src >= 0 && !layers_[size_t(src)].active)
+      DIL_FAIL("layer ", L, " reads layer ", src, "'s compressed rows / selection: a layer subset must include ", src);
   l.attn_norm = b.tensor(p + "attn_norm.weight");
   l.ffn_norm = b.tensor(p + "ffn_norm.weight");
   l.hc_attn = {b.tensor(p + "hc_attn_fn"), b.tensor(p + "hc_attn_base"), b.tensor(p + "hc_attn_scale")};
@@ -130,6 +148,7 @@ void V41Model::allocate_cache(int n_blocks, int n_slots, int block_tokens) {
   cache_ = {n_blocks, n_slots, block_tokens};
   const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
   for (Layer& l : layers_) {
+    if (!l.active) continue;
     l.ring = be_.alloc(size_t(n_slots) * W * hd * 4);
     if (!l.kv_source) continue;
     const size_t m = size_t(l.ratio), rows = size_t(n_blocks) * (size_t(block_tokens) / m);
@@ -191,6 +210,7 @@ void V41Model::write_source_rows(Layer& l, const Tensor& x, const StepMeta& m, S
 Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared& sh, Scratch& s) {
   const int64_t T = x.size(0), H = cfg_.n_heads, hd = cfg_.head_dim, D = cfg_.dim, G = cfg_.o_groups;
   const int ab = act_block();
+  auto proj = std::make_unique<ProfileScope>(prof_, "projections");
   // Query: wq_b(q_norm(wq_a x)), no per-head norm (V4.1), RoPE on the last rope dims.
   Tensor qa = s.f32({T, cfg_.q_lora_rank}), qr = s.f32({T, cfg_.q_lora_rank});
   be_.linear(x, l.wq_a, ab, qa);
@@ -205,6 +225,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
   be_.rope(kv.view({T, 1, hd}), m.tok_pos, l.rope, false);
   if (official_) be_.fp8_qdq(kv, int(hd), 32);
 
+  proj.reset();
   AttnArgs a;
   a.q = q;
   a.kv_new = kv;
@@ -215,8 +236,12 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
   if (l.ratio > 0) {
     Layer& src = layers_[size_t(l.kv_src)];
     const int rpb = cache_.block_tokens / l.ratio;
-    if (l.kv_source) write_source_rows(l, x, m, s);  // before this step's indexer and attention read
+    if (l.kv_source) {  // before this step's indexer and attention read
+      ProfileScope ps(prof_, "compressors");
+      write_source_rows(l, x, m, s);
+    }
     if (l.index_source) {
+      ProfileScope ps(prof_, "indexer");
       const int64_t Hi = cfg_.index_heads, di = cfg_.index_head_dim;
       Tensor qi = s.f32({T, Hi, di});
       be_.linear(qr, l.iwq_b, ab, qi.view({T, Hi * di}));
@@ -244,8 +269,12 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
   }
   Tensor o = s.f32({T, H, hd});
   a.out = o;
-  be_.sparse_attention(a, m);
-  be_.ring_write(kv, a.ring, m);
+  {
+    ProfileScope ps(prof_, "attention core");
+    be_.sparse_attention(a, m);
+    be_.ring_write(kv, a.ring, m);
+  }
+  ProfileScope ps(prof_, "projections");
   be_.rope(o, m.tok_pos, l.rope, true);  // de-rotate the output's rope dims at the query position
   Tensor z = s.f32({T, G, cfg_.o_lora_rank});
   be_.grouped_linear(o.view({T, G, H * hd / G}), l.wo_a, int(G), z);  // wo_a: dequantized, no act quant
@@ -257,6 +286,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
 Tensor V41Model::moe(Layer& l, const Tensor& x, Scratch& s) {
   const int64_t T = x.size(0), D = cfg_.dim, I = cfg_.moe_inter * cfg_.n_shared, E = cfg_.n_routed, k = cfg_.topk;
   const int ab = act_block();
+  auto gate = std::make_unique<ProfileScope>(prof_, "moe gate");
   Tensor logits = s.f32({T, E});
   be_.linear(x, l.gate, 0, logits);
   MoeRouteArgs r;
@@ -267,11 +297,15 @@ Tensor V41Model::moe(Layer& l, const Tensor& x, Scratch& s) {
   r.out_w = s.f32({T, k});
   r.out_idx = s.i32({T, k});
   be_.moe_route(r);
+  gate.reset();
+  auto experts = std::make_unique<ProfileScope>(prof_, "moe experts");
   Tensor out = s.f32({T, D});
   MoeExpertsArgs e;
   e.x = x; e.w1 = &l.w1; e.w2 = &l.w2; e.w3 = &l.w3; e.route_w = r.out_w; e.route_idx = r.out_idx;
   e.act_block = ab; e.swiglu_limit = cfg_.swiglu_limit; e.out = out;
   be_.moe_experts(e);
+  experts.reset();
+  ProfileScope ps(prof_, "moe shared");
   Tensor g = s.f32({T, I}), u = s.f32({T, I}), h = s.f32({T, I}), sh = s.f32({T, D});
   be_.linear(x, l.sw1, ab, g);
   be_.linear(x, l.sw3, ab, u);
@@ -325,14 +359,16 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
     const int slot = m.h_slot[size_t(sq)], p0 = m.h_start_pos[size_t(sq)];
     DIL_CHECK(slot >= 0 && slot < cache_.n_slots, "slot out of range");
     if (p0 == 0) hist_[size_t(slot)].clear();
-    else DIL_CHECK(hist_next_[size_t(slot)] == p0, "slot ", slot, " continues at ", p0, " but its state ends at ",
-                   hist_next_[size_t(slot)]);
+    else DIL_CHECK(hist_next_[size_t(slot)] == p0 || hist_next_[size_t(slot)] == kSynthetic, "slot ", slot,
+                   " continues at ", p0, " but its state ends at ", hist_next_[size_t(slot)]);
   }
 
+  auto other = std::make_unique<ProfileScope>(prof_, "embed+head");
   Tensor e = step.f32({T, D});
   be_.embed(embed_, p.ids, e);
   Tensor X = step.f32({T, n, D}), X2 = step.f32({T, n, D});
   be_.hc_expand(e, int(n), X);
+  other.reset();
   // Single-pass mHC: each sublayer collapses with the previous sublayer's pre; the first
   // attention collapses stream 0 alone.
   Tensor pre_mix = step.f32({T, n}), a_pre = step.f32({T, n}), f_pre = step.f32({T, n});
@@ -343,21 +379,31 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   }
   Shared sh{step.i32({T, std::max(cfg_.index_topk, 1)}), step.i32({T, std::max(cfg_.candidate_topk_blocks, 1)})};
   for (Layer& l : layers_) {
+    if (!l.active) continue;
+    ProfileScope layer_scope(prof_, l.kind.c_str());
     Scratch s(be_);  // this layer's temporaries
-    if (l.has_engram) engram(l, batch, m, X, X2, s);
+    if (l.has_engram) {
+      ProfileScope ps(prof_, "engram");
+      engram(l, batch, m, X, X2, s);
+    }
+    auto mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     Tensor u = s.f32({T, D}), xn = s.f32({T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
     HcArgs ha{l.hc_attn.fn, l.hc_attn.base, l.hc_attn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
     be_.hc_mix(X, ha, a_pre, post, comb);
     be_.hc_collapse(X, pre_mix, u);
     be_.rms_norm(u, l.attn_norm, cfg_.norm_eps, xn);
+    mhc.reset();
     Tensor f = attention(l, xn, m, sh, s);
+    mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     be_.hc_post(f, X, post, comb, X2);
     std::swap(X, X2);
     HcArgs hf{l.hc_ffn.fn, l.hc_ffn.base, l.hc_ffn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
     be_.hc_mix(X, hf, f_pre, post, comb);
     be_.hc_collapse(X, a_pre, u);
     be_.rms_norm(u, l.ffn_norm, cfg_.norm_eps, xn);
+    mhc.reset();
     f = moe(l, xn, s);
+    mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     be_.hc_post(f, X, post, comb, X2);
     std::swap(X, X2);
     std::swap(pre_mix, f_pre);
@@ -369,9 +415,12 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
     h.insert(h.end(), batch.tokens.begin() + q0, batch.tokens.begin() + q0 + len);
     const size_t keep = size_t(std::max(cfg_.engram_max_ngram - 1, 0));
     if (h.size() > keep) h.erase(h.begin(), h.end() - ptrdiff_t(keep));
-    hist_next_[size_t(slot)] = m.h_start_pos[size_t(sq)] + len;
+    // A synthesized context (benchmarks re-run one step) stays synthetic until a fresh start.
+    if (hist_next_[size_t(slot)] != kSynthetic || m.h_start_pos[size_t(sq)] == 0)
+      hist_next_[size_t(slot)] = m.h_start_pos[size_t(sq)] + len;
   }
 
+  ProfileScope head_scope(prof_, "embed+head");
   std::vector<int64_t> rows;  // rows that need logits
   for (int sq = 0; sq < m.n_seqs; ++sq) {
     const SeqChunk& c = batch.seqs[size_t(sq)];
@@ -396,6 +445,35 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   be_.rms_norm(h, norm_, cfg_.norm_eps, hn);
   be_.linear(hn, head_, 0, lg);
   be_.download(logits->data(), lg);
+}
+
+}  // namespace dil
+
+namespace dil {
+
+// Random contents for every cache buffer of the active layers and a synthetic Engram look-back:
+// a long context synthesized for the benchmarks (any start position is then accepted).
+void V41Model::randomize_cache(uint64_t seed) {
+  std::vector<float> host;
+  for (Layer& l : layers_) {
+    if (!l.active) continue;
+    for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows, &l.cstate_kv, &l.cstate_score}) {
+      if (!b->data()) continue;
+      size_t n = b->bytes() / 4;
+      host.resize(n);
+      uint64_t s = seed++;
+      for (size_t i = 0; i < n; ++i) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        host[i] = float(int64_t(s >> 40) - (1ll << 23)) / float(1 << 23);  // uniform [-1, 1)
+      }
+      be_.upload(Tensor(b->data(), DType::F32, {int64_t(n)}, be_.device()), host.data());
+    }
+  }
+  const size_t keep = size_t(std::max(cfg_.engram_max_ngram - 1, 0));
+  for (size_t i = 0; i < hist_.size(); ++i) {
+    hist_[i].assign(keep, cfg_.bos_id);
+    hist_next_[i] = kSynthetic;
+  }
 }
 
 }  // namespace dil

@@ -26,6 +26,7 @@ class V41Model : public Model {
   CacheSpec cache_spec(int block_tokens) const override;
   void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;
   void forward(const StepBatch& batch, std::vector<float>* logits) override;
+  void randomize_cache(uint64_t seed) override;
 
  private:
   struct Hc { Tensor fn, base, scale; };
@@ -40,6 +41,8 @@ class V41Model : public Model {
   struct Layer {
     int index = 0, ratio = 0, kv_src = -1, idx_src = -1;
     bool kv_source = false, index_source = false, cand_source = false, uses_cand = false;
+    bool active = true;  // built and run (ModelOptions::layers)
+    std::string kind;    // profiler label "layer:<role>-r<ratio>" (bench extrapolation)
     Tensor attn_norm, ffn_norm, q_norm, kv_norm, sink;
     Hc hc_attn, hc_ffn;
     Weight wq_a, wq_b, wkv, wo_a, wo_b;
@@ -81,6 +84,7 @@ class V41Model : public Model {
   // Engram look-back per slot: the token ids of the last max_ngram-1 positions (host).
   std::vector<std::vector<int32_t>> hist_;
   std::vector<int32_t> hist_next_;  // [n_slots] position the history ends at
+  static constexpr int32_t kSynthetic = -1;  // randomize_cache: any continuation position
 };
 
 }  // namespace dil
