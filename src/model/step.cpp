@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/rope.h"
+
 namespace dil {
 
 Tensor upload_i32(const std::vector<int32_t>& v, Backend& be, std::vector<Buffer>* storage) {
@@ -76,6 +78,44 @@ std::vector<int32_t> fresh_slots(const StepMeta& m) {
   for (int s = 0; s < m.n_seqs; ++s)
     if (m.h_start_pos[size_t(s)] == 0) r.push_back(m.h_slot[size_t(s)]);
   return r;
+}
+
+std::vector<int64_t> logit_rows(const StepBatch& batch, const StepMeta& m) {
+  std::vector<int64_t> rows;
+  for (int s = 0; s < m.n_seqs; ++s) {
+    const SeqChunk& c = batch.seqs[size_t(s)];
+    const int q0 = m.h_q_start[size_t(s)];
+    if (c.all_logits)
+      for (int t = 0; t < c.n_tokens; ++t) rows.push_back(q0 + t);
+    else if (c.want_logits)
+      rows.push_back(q0 + c.n_tokens - 1);
+  }
+  return rows;
+}
+
+std::array<RopeTable, 2> make_rope_tables(const ModelConfig& cfg, Backend& be, std::vector<Buffer>* storage) {
+  std::array<RopeTable, 2> tables;
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float> f = rope_inv_freq(cfg, k == 1);
+    Buffer b = be.alloc(f.size() * 4);
+    tables[size_t(k)].inv_freq = Tensor(b.data(), DType::F32, {int64_t(f.size())}, be.device());
+    tables[size_t(k)].rope_dims = cfg.rope_dims;
+    be.upload(tables[size_t(k)].inv_freq, f.data());
+    storage->push_back(std::move(b));
+  }
+  return tables;
+}
+
+void fill_uniform(Backend& be, Buffer& b, uint64_t seed) {
+  if (!b.data()) return;
+  const size_t n = b.bytes() / 4;
+  std::vector<float> host(n);
+  uint64_t s = seed;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    host[i] = float(int64_t(s >> 40) - (1ll << 23)) / float(1 << 23);
+  }
+  be.upload(Tensor(b.data(), DType::F32, {int64_t(n)}, be.device()), host.data());
 }
 
 }  // namespace dil

@@ -2,6 +2,7 @@
 // which compressed rows each compressor emits (EmitPlan). Both depend only on positions, so
 // they are computed on the host and uploaded once; no device value is ever read back.
 #pragma once
+#include <array>
 #include <vector>
 
 #include "backend/backend.h"
@@ -24,5 +25,13 @@ EmitPlan plan_emits(const StepMeta& m, int ratio, Backend& be, std::vector<Buffe
 Tensor upload_i32(const std::vector<int32_t>& v, Backend& be, std::vector<Buffer>* storage);
 // Slots of sequences that start at position 0 (their recurrent state must be reset).
 std::vector<int32_t> fresh_slots(const StepMeta& m);
+// Step rows whose logits the batch asks for, in chunk order (model.h: SeqChunk).
+std::vector<int64_t> logit_rows(const StepBatch& batch, const StepMeta& m);
+// The two RoPE tables of a model: [0] plain (ratio-0 layers), [1] compress_rope_theta + YaRN.
+// Their device memory goes to `storage`.
+std::array<RopeTable, 2> make_rope_tables(const ModelConfig& cfg, Backend& be, std::vector<Buffer>* storage);
+// Uniform [-1, 1) f32 contents for a cache buffer (benchmarks' synthesized context); no-op
+// for an unallocated buffer.
+void fill_uniform(Backend& be, Buffer& b, uint64_t seed);
 
 }  // namespace dil

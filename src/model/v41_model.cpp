@@ -27,15 +27,7 @@ V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be
   embed_ = binder_.matrix("embed");
   head_ = binder_.matrix("head");
   norm_ = binder_.tensor("norm.weight");
-  RopeTable tables[2];  // plain (ratio-0 layers); compress_rope_theta + YaRN (ratio > 0)
-  for (int k = 0; k < 2; ++k) {
-    std::vector<float> f = rope_inv_freq(cfg_, k == 1);
-    Buffer b = be_.alloc(f.size() * 4);
-    tables[k].inv_freq = Tensor(b.data(), DType::F32, {int64_t(f.size())}, be_.device());
-    tables[k].rope_dims = cfg_.rope_dims;
-    be_.upload(tables[k].inv_freq, f.data());
-    rope_bufs_.push_back(std::move(b));
-  }
+  const auto tables = make_rope_tables(cfg_, be_, &rope_bufs_);  // [0] plain, [1] YaRN
   layers_.resize(size_t(cfg_.n_layers));
   for (int L = 0; L < cfg_.n_layers; ++L) {
     layers_[size_t(L)].active = on[size_t(L)];
@@ -421,15 +413,7 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   }
 
   ProfileScope head_scope(prof_, "embed+head");
-  std::vector<int64_t> rows;  // rows that need logits
-  for (int sq = 0; sq < m.n_seqs; ++sq) {
-    const SeqChunk& c = batch.seqs[size_t(sq)];
-    const int q0 = m.h_q_start[size_t(sq)];
-    if (c.all_logits)
-      for (int t = 0; t < c.n_tokens; ++t) rows.push_back(q0 + t);
-    else if (c.want_logits)
-      rows.push_back(q0 + c.n_tokens - 1);
-  }
+  const std::vector<int64_t> rows = logit_rows(batch, m);
   const int64_t R = int64_t(rows.size());
   logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
   if (R == 0) return;
@@ -454,20 +438,9 @@ namespace dil {
 // Random contents for every cache buffer of the active layers and a synthetic Engram look-back:
 // a long context synthesized for the benchmarks (any start position is then accepted).
 void V41Model::randomize_cache(uint64_t seed) {
-  std::vector<float> host;
   for (Layer& l : layers_) {
     if (!l.active) continue;
-    for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows, &l.cstate_kv, &l.cstate_score}) {
-      if (!b->data()) continue;
-      size_t n = b->bytes() / 4;
-      host.resize(n);
-      uint64_t s = seed++;
-      for (size_t i = 0; i < n; ++i) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        host[i] = float(int64_t(s >> 40) - (1ll << 23)) / float(1 << 23);  // uniform [-1, 1)
-      }
-      be_.upload(Tensor(b->data(), DType::F32, {int64_t(n)}, be_.device()), host.data());
-    }
+    for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows, &l.cstate_kv, &l.cstate_score}) fill_uniform(be_, *b, seed++);
   }
   const size_t keep = size_t(std::max(cfg_.engram_max_ngram - 1, 0));
   for (size_t i = 0; i < hist_.size(); ++i) {

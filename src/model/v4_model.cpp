@@ -25,15 +25,7 @@ V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, 
   norm_ = binder_.tensor("norm.weight");
   hc_head_ = {binder_.tensor("hc_head_fn"), binder_.tensor("hc_head_base"), binder_.tensor("hc_head_scale")};
   // Two RoPE tables: plain (ratio-0 layers) and compressed (compress_rope_theta + YaRN).
-  RopeTable tables[2];
-  for (int k = 0; k < 2; ++k) {
-    std::vector<float> f = rope_inv_freq(cfg_, k == 1);
-    Buffer b = be_.alloc(f.size() * 4);
-    tables[k].inv_freq = Tensor(b.data(), DType::F32, {int64_t(f.size())}, be_.device());
-    tables[k].rope_dims = cfg_.rope_dims;
-    be_.upload(tables[k].inv_freq, f.data());
-    rope_bufs_.push_back(std::move(b));
-  }
+  const auto tables = make_rope_tables(cfg_, be_, &rope_bufs_);  // [0] plain, [1] YaRN
   std::vector<int> ids = opt.layers;
   if (ids.empty())
     for (int L = 0; L < cfg_.n_layers; ++L) ids.push_back(L);
@@ -341,15 +333,7 @@ void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
 
   ProfileScope head_scope(prof_, "embed+head");
   // Rows that need logits.
-  std::vector<int64_t> rows;
-  for (int s = 0; s < m.n_seqs; ++s) {
-    const SeqChunk& c = batch.seqs[size_t(s)];
-    int q0 = m.h_q_start[size_t(s)];
-    if (c.all_logits)
-      for (int t = 0; t < c.n_tokens; ++t) rows.push_back(q0 + t);
-    else if (c.want_logits)
-      rows.push_back(q0 + c.n_tokens - 1);
-  }
+  const std::vector<int64_t> rows = logit_rows(batch, m);
   const int64_t R = int64_t(rows.size());
   logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
   if (R == 0) return;
@@ -372,21 +356,9 @@ namespace dil {
 // Random contents for every cache buffer: a synthesized long context for the benchmarks.
 // Compressor scores stay finite so that a partially filled window pools real numbers.
 void V4Model::randomize_cache(uint64_t seed) {
-  std::vector<float> host;
-  auto fill = [&](Buffer& b) {
-    if (!b.data()) return;
-    size_t n = b.bytes() / 4;
-    host.resize(n);
-    uint64_t s = seed++;
-    for (size_t i = 0; i < n; ++i) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      host[i] = float(int64_t(s >> 40) - (1ll << 23)) / float(1 << 23);  // uniform [-1, 1)
-    }
-    be_.upload(Tensor(b.data(), DType::F32, {int64_t(n)}, be_.device()), host.data());
-  };
   for (Layer& l : layers_)
     for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows, &l.cstate_kv, &l.cstate_score, &l.istate_kv, &l.istate_score})
-      fill(*b);
+      fill_uniform(be_, *b, seed++);
 }
 
 }  // namespace dil
