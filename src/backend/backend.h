@@ -80,6 +80,10 @@ struct AttnArgs {
   float scale = 0;
   int window = 128;
   Tensor out;        // [T, H, d] f32
+  // Official numerics: the backend may run the products on BF16 tensor cores with q, the rows
+  // and the probabilities split into two BF16 terms each (relative error per product
+  // <= 2^-16, f32 accumulation) instead of the exact double path.
+  bool split_bf16 = false;
 };
 
 struct CompressorArgs {

@@ -219,6 +219,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
 
   proj.reset();
   AttnArgs a;
+  a.split_bf16 = official_;  // tensor cores allowed in official numerics (backend.h)
   a.q = q;
   a.kv_new = kv;
   a.ring = l.ring.as(DType::F32, {cache_.n_slots, cfg_.window, hd});

@@ -6,41 +6,12 @@
 // docs/kernels.md says what a tensor-core version needs. Scores, the softmax and the weighted
 // sum run in double (rows and q stay f32, their products are exact in double), so the result
 // is the reference's to a last-bit rounding.
-#include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/attention_mma.cuh"
 
 namespace dil::cuda {
 namespace {
 
 constexpr int kHeadsPerBlock = 8, kChunk = 16, kMaxD = 512;
-
-struct AttnParams {
-  const float* q;        // [T, H, d]
-  const float* kv_new;   // [T, d]
-  const float* ring;     // [n_slots, W, d]
-  const float* comp;     // [n_blocks, rpb, d] or null
-  const int32_t* comp_idx;  // [T, K] or null
-  const float* sink;     // [H]
-  float* out;            // [T, H, d]
-  const int32_t *q_start, *start_pos, *slot, *tok_pos, *tok_seq, *block_table;
-  int H, d, W, ring_len, ratio, rpb, K, max_blocks;
-  float scale;
-};
-
-__device__ const float* attn_row(const AttnParams& P, int t, int s, int p, int n_win, int c) {
-  if (c < n_win) {
-    int j = p - n_win + 1 + c;
-    int sp = P.start_pos[s];
-    if (j >= sp) return P.kv_new + int64_t(P.q_start[s] + (j - sp)) * P.d;
-    return P.ring + (int64_t(P.slot[s]) * P.ring_len + (j % P.ring_len)) * P.d;
-  }
-  c -= n_win;
-  int r = P.comp_idx ? P.comp_idx[int64_t(t) * P.K + c] : c;
-  int visible = (p + 1) / P.ratio;
-  if (r < 0 || r >= visible) return nullptr;
-  int b = P.block_table[s * P.max_blocks + r / P.rpb];
-  if (b < 0) return nullptr;
-  return P.comp + (int64_t(b) * P.rpb + r % P.rpb) * P.d;
-}
 
 __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams P) {
   __shared__ __align__(16) float rows[kChunk][kMaxD];
@@ -148,14 +119,13 @@ __global__ void paged_write_kernel(const float* rows, float* cache, int rpb, int
 
 }  // namespace
 
-void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m) {
+AttnParams make_attn_params(const AttnArgs& a, const StepMeta& m) {
   AttnParams P{};
-  int T = int(a.q.size(0));
+  const int T = int(a.q.size(0));
   P.H = int(a.q.size(1));
   P.d = int(a.q.size(2));
   DIL_CHECK(P.d % 32 == 0 && P.d <= kMaxD, "sparse_attention: head dim ", P.d);
   DIL_CHECK(a.kv_new.size(0) == T && a.kv_new.size(1) == P.d, "sparse_attention: kv_new ", a.kv_new.shape_str());
-  if (T == 0) return;
   P.q = a.q.ptr<float>();
   P.kv_new = a.kv_new.ptr<float>();
   P.ring = a.ring.empty() ? nullptr : a.ring.ptr<float>();
@@ -177,6 +147,17 @@ void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m) {
   P.block_table = m.block_table.empty() ? nullptr : m.block_table.ptr<int32_t>();
   P.max_blocks = m.max_blocks;
   DIL_CHECK(!P.ratio || (P.block_table && P.rpb > 0), "sparse_attention: compressed rows need a block table");
+  return P;
+}
+
+void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m) {
+  const int T = int(a.q.size(0));
+  const AttnParams P = make_attn_params(a, m);
+  if (T == 0) return;
+  if (attention_mma_supported(a)) {
+    sparse_attention_mma(c, P, T);  // official numerics: BF16-split tensor cores
+    return;
+  }
   dim3 grid(unsigned(T), unsigned(ceil_div(P.H, kHeadsPerBlock)));
   sparse_attn_kernel<<<grid, 256, 0, c.stream>>>(P);
   DIL_LAUNCH_CHECK("sparse_attn_kernel");
