@@ -325,24 +325,26 @@ TEST_F(CudaMoeMma, V41Shape) {
       620);
 }
 
-// Experts with 0, 1, 63, 64, 65, 128 and 17 rows; N and the w2 K not multiples of the tile
-// (I = 224 = 128 + 96 columns and 7 k stages; D = 288 = 2 x 128 + 32 columns and 9 k stages);
-// act_block 128 with a ragged last block of 32 and act_block 32.
+// Experts with 0 rows, 1 row, both sides of the 16-row MMA slices (15/16/17), of the 32-row warp
+// slices and the old 64-row tile (63/64/65), of the 128-row tile (127/128/129) and 300 rows
+// (three tiles); N and the w2 K not multiples of the tile (I = 224 = 128 + 96 columns and 7 k
+// stages; D = 288 = 2 x 128 + 32 columns and 9 k stages: odd stage counts end on the second
+// buffer); act_block 128 with a ragged last block of 32, and act_block 32.
 TEST_F(CudaMoeMma, TileEdges) {
-  const std::vector<int> counts = {0, 1, 63, 64, 65, 128, 17, 0};  // rows of each expert
+  const std::vector<int> counts = {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 300, 0};  // rows of each expert
   const int k = 2;
   std::vector<int32_t> pairs;
   for (size_t e = 0; e < counts.size(); ++e) pairs.insert(pairs.end(), size_t(counts[e]), int32_t(e));
-  pairs.push_back(-1);  // a padding slot: contributes nothing
-  pairs.push_back(-1);
+  while (pairs.size() % k != 0 || pairs.size() < 928) pairs.push_back(-1);  // padding slots: contribute nothing
   std::mt19937 rng(603);
   std::shuffle(pairs.begin(), pairs.end(), rng);
-  const int64_t T = int64_t(pairs.size()) / k;  // 340 pairs, 170 tokens
+  const int64_t T = int64_t(pairs.size()) / k;  // 928 pairs (925 routed), 464 tokens
+  const int64_t E = int64_t(counts.size());
   Routing r{T, k, pairs};
   std::vector<int64_t> all(static_cast<size_t>(T));
   std::iota(all.begin(), all.end(), 0);
-  run({"edges E8 rows 0/1/63/64/65/128/17 act128", 288, 224, 8, 128, 8, r, all}, 630);
-  run({"edges E8 rows 0/1/63/64/65/128/17 act32", 288, 224, 8, 32, 8, r, all}, 640);
+  run({"edges E13 rows 0..300 act128", 288, 224, E, 128, int(E), r, all}, 630);
+  run({"edges E13 rows 0..300 act32", 288, 224, E, 32, int(E), r, all}, 640);
 }
 
 }  // namespace

@@ -255,10 +255,16 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   const WView* t3 = expert_table(c, a.w3);
   int64_t Tk = T * k;
   // Decode-sized batches (a few rows per expert): tiles of 4 rows on the few-rows kernel;
-  // larger ones: 64-row tiles on the tile kernel.
+  // larger ones: 64-row tiles on the SIMT tile kernel, or kMmaBM-row tiles on the tensor-core
+  // path (moe_mma.cu) when the weights are FP4 and the activations FP8-QDQ'd (both exact in
+  // BF16); DIL_CUDA_MOE=simt keeps the SIMT kernels (exact double accumulation).
   const bool few = Tk <= int64_t(8) * E;
-  static_assert(kMmaBM == kBM, "the tensor-core GEMM reads the 64-row tile map");
-  const int bm = few ? kGemvRows : kBM;
+  // As linear(): activations are quantized only in front of FP8/FP4 weights.
+  const Weight::Kind kind = (*a.w1)[0].kind;
+  const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
+  const bool mma = !few && c.use_moe_mma && quant && D % kMmaBK == 0 && Idim % kMmaBK == 0 &&
+                   moe_mma_fits(*a.w1) && moe_mma_fits(*a.w2) && moe_mma_fits(*a.w3);
+  const int bm = few ? kGemvRows : mma ? kMmaBM : kBM;
   int max_tiles = int(ceil_div(Tk, bm) + E);
   // Index scratch: one allocation.
   size_t n_i32 = size_t(E) * 3 + 1 + size_t(Tk) * 3 + size_t(max_tiles) * 2 + 1;
@@ -285,19 +291,12 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
 
   const float* x = a.x.ptr<float>();
   Buffer xq;
-  // As linear(): activations are quantized only in front of FP8/FP4 weights.
-  const Weight::Kind kind = (*a.w1)[0].kind;
-  const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
   if (quant) {  // the tokens' FP8 QDQ, shared by every expert they visit
     xq = c.scratch(size_t(T * D) * 4);
     DIL_CUDA(cudaMemcpyAsync(xq.data(), x, size_t(T * D) * 4, cudaMemcpyDeviceToDevice, c.stream));
     fp8_qdq(c, static_cast<float*>(xq.data()), T, D, int(D), a.act_block);
     x = static_cast<float*>(xq.data());
   }
-  // Tensor-core path (moe_mma.cu) for the tile case: FP4 weights and FP8-QDQ'd activations,
-  // both exact in BF16; DIL_CUDA_MOE=simt keeps the SIMT kernels (exact double accumulation).
-  const bool mma = !few && c.use_moe_mma && quant && D % kMmaBK == 0 && Idim % kMmaBK == 0 &&
-                   moe_mma_fits(*a.w1) && moe_mma_fits(*a.w2) && moe_mma_fits(*a.w3);
   Buffer xbb, hbb;
   uint16_t* xb = nullptr;  // [T, D] bf16 bits of the QDQ'd tokens
   uint16_t* hb = nullptr;  // [Tk, Idim] bf16 bits of the QDQ'd h rows (sorted order)

@@ -1,8 +1,8 @@
 // Tensor-core grouped GEMM of the routed experts (moe_mma.cu), used by moe_experts for the
 // large-batch case when the expert weights are FP4 and the activations are FP8-QDQ'd: both
 // operands are then exact in BF16 (e4m3 x 2^j and e2m1 x 2^j), so mma.sync BF16 products are
-// exact and only the f32 accumulation rounds. Same tile map as the SIMT path (64-row tiles of
-// one expert's sorted rows), same output layout, no host sync.
+// exact and only the f32 accumulation rounds. The tile map is the SIMT path's, built with
+// kMmaBM-row tiles of one expert's sorted rows; same output layout, no host sync.
 #pragma once
 #include <vector>
 
@@ -10,8 +10,8 @@
 
 namespace dil::cuda {
 
-// Rows per tile (must equal the tile map's kBM), output columns per block, k per stage.
-constexpr int kMmaBM = 64, kMmaBN = 128, kMmaBK = 32, kMmaThreads = 256;
+// Rows per tile (the tile map's tile size on this path), output columns per block, k per stage.
+constexpr int kMmaBM = 128, kMmaBN = 128, kMmaBK = 32, kMmaThreads = 256;
 
 // The tile map built by moe_experts (device pointers).
 struct MoeTileMap {
