@@ -87,7 +87,9 @@ __device__ __forceinline__ void dequant16(uint2 q, float s, uint32_t (&p)[8]) {
 }
 
 
-__global__ void __launch_bounds__(kMmaThreads) moe_mma_fp4_kernel(const uint16_t* __restrict__ x, int64_t ldx,
+// Two blocks per SM (<= 128 registers per thread): one block's barrier and load waits overlap
+// the other's MMAs.
+__global__ void __launch_bounds__(kMmaThreads, 2) moe_mma_fp4_kernel(const uint16_t* __restrict__ x, int64_t ldx,
                                                                   const int32_t* __restrict__ gather,
                                                                   const WView* __restrict__ experts, MoeTileMap map,
                                                                   float* __restrict__ out, int64_t ldo, int64_t N,
@@ -212,8 +214,12 @@ __global__ void __launch_bounds__(kMmaThreads) moe_mma_fp4_kernel(const uint16_t
         if (r >= rows) continue;
         const int64_t n = n0 + wn * kWN + ni * 8 + 2 * t;
         float* o = out + (r0 + r) * ldo + n;
-        if (n < N) o[0] = acc[mi][ni][2 * h];
-        if (n + 1 < N) o[1] = acc[mi][ni][2 * h + 1];
+        if (n + 1 < N && (ldo & 1) == 0) {  // n even: 8-byte aligned
+          *reinterpret_cast<float2*>(o) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+        } else {
+          if (n < N) o[0] = acc[mi][ni][2 * h];
+          if (n + 1 < N) o[1] = acc[mi][ni][2 * h + 1];
+        }
       }
 }
 
