@@ -21,7 +21,7 @@
 //    with P_j the exact partial sum after block j (1.01 covers the accumulator's own drift from
 //    P, K/16 kUmma < 1e-3) and 2^-24 |g| the reference's own rounding of its double sum.
 // 3. SwiGLU h = silu(min(g, L)) * clamp(u, -L, L) * w: |silu'| <= 1.1, min and clamp are
-//    1-Lipschitz, so
+//    1-Lipschitz (and exact where g - dg >= L, or |u| - du >= L: saturated on both sides), so
 //      |dh| <= |w| (1.1 dg (|u| + du) + (|silu(g)| + 1.1 dg) du) + 2^-20 |h|
 //    (the last term: the f32 roundings of the products and a last-bit difference of the double
 //    exp in SiLU, on each side).
@@ -108,6 +108,7 @@ struct MmaCase {
   int act, sets;
   Routing r;
   std::vector<int64_t> check;  // tokens compared with the CPU
+  bool odd_scales = false;     // some w1 / w2 rows get E8M0 scales 0 (2^-127) and 129..140
 };
 
 class CudaMoeMma : public CudaParity {
@@ -122,6 +123,12 @@ class CudaMoeMma : public CudaParity {
       s1.push_back(make_weight(Weight::Kind::FP4, I, D, 32, seed + 3 * i));
       s2.push_back(make_weight(Weight::Kind::FP4, D, I, 32, seed + 3 * i + 1));
       s3.push_back(make_weight(Weight::Kind::FP4, I, D, 32, seed + 3 * i + 2));
+    }
+    for (int i = 0; c.odd_scales && i < c.sets; ++i) {  // the kernel's other dequantization branch
+      for (size_t j = 0; j < s1[size_t(i)].scale.size(); ++j)
+        if (j % 5 == 0) s1[size_t(i)].scale[j] = uint8_t(j % 2 ? 0 : 129 + j % 12);
+      for (size_t j = 0; j < s2[size_t(i)].scale.size(); ++j)
+        if (j % 7 == 0) s2[size_t(i)].scale[j] = uint8_t(j % 2 ? 0 : 129 + j % 4);
     }
     for (int i = 0; i < c.sets; ++i) {
       q1.push_back(dense_fp4(s1[i].wt));
@@ -208,7 +215,10 @@ class CudaMoeMma : public CudaParity {
           const Dot dg = dot(xq.data(), nullptr, w1.v.data() + n * D, D);
           const Dot du = dot(xq.data(), nullptr, w3.v.data() + n * D, D);
           const float gv = float(dg.sum), uv = float(du.sum);
-          const double eg = dg.bound + 0x1p-24 * std::fabs(dg.sum), eu = du.bound + 0x1p-24 * std::fabs(du.sum);
+          double eg = dg.bound + 0x1p-24 * std::fabs(dg.sum), eu = du.bound + 0x1p-24 * std::fabs(du.sum);
+          // Saturated on both sides: min(g, L) = L and clamp(u) = +-L exactly, whatever the error.
+          if (double(gv) - eg >= lim) eg = 0;
+          if (std::fabs(double(uv)) - eu >= lim) eu = 0;
           // swiglu_one * w, f32 steps as the reference.
           const float gc = std::min(gv, lim), uc = std::clamp(uv, -lim, lim);
           const float sg = float(double(gc) / (1.0 + std::exp(-double(gc))));
@@ -349,6 +359,7 @@ TEST_F(CudaMoeMma, TileEdges) {
   std::iota(all.begin(), all.end(), 0);
   run({"edges E13 rows 0..300 act128", 288, 224, E, 128, int(E), r, all}, 630);
   run({"edges E13 rows 0..300 act32", 288, 224, E, 32, int(E), r, all}, 640);
+  run({"edges E13 act32 scales 0 / 129..140", 288, 224, E, 32, int(E), r, all, true}, 650);
 }
 
 }  // namespace
