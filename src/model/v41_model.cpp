@@ -219,6 +219,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
 
   proj.reset();
   AttnArgs a;
+  a.split_bf16 = official_;  // tensor cores allowed in official numerics (backend.h)
   a.q = q;
   a.kv_new = kv;
   a.ring = l.ring.as(DType::F32, {cache_.n_slots, cfg_.window, hd});
@@ -247,6 +248,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
       ia.q = qi; ia.w = w; ia.ratio = l.ratio; ia.rows_per_block = rpb;
       ia.keys = src.idx_rows.as(DType::F32, {cache_.n_blocks, rpb, di});
       ia.topk = cfg_.index_topk; ia.out_idx = sh.sel; ia.sort_ascending = true;
+      ia.fp4_blocks = official_;  // q above, keys in the kv-source layer: FP4-QDQ'd per 32
       if (l.cand_source || l.uses_cand) {
         ia.cand_block = cfg_.candidate_block_size;
         ia.cand_topk = cfg_.candidate_topk_blocks;

@@ -188,6 +188,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
 
   proj.reset();
   AttnArgs a;
+  a.split_bf16 = official_;  // tensor cores allowed in official numerics (backend.h)
   a.q = q;
   a.kv_new = kv;
   a.ring = l.ring.as(DType::F32, {cache_.n_slots, cfg_.window, hd});
@@ -226,6 +227,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
       ia.q = qi; ia.w = w; ia.ratio = 4; ia.rows_per_block = cache_.block_tokens / 4;
       ia.keys = l.idx_rows.as(DType::F32, {cache_.n_blocks, ia.rows_per_block, di});
       ia.topk = cfg_.index_topk; ia.out_idx = idx;
+      ia.fp4_blocks = official_;  // q and keys FP4-QDQ'd above / in compress()
       be_.indexer_topk(ia, m);
       a.comp_idx = idx;
     }
