@@ -1,6 +1,7 @@
 // Parity of the lightning indexer (scores + exact top-k with lowest-index ties, 64K rows),
 // MoE routing (bias top-k, hash, ties) and the routed experts (FP4 W4A8 grouped GEMM).
 #include <algorithm>
+#include <cstdlib>
 
 #include "parity.h"
 
@@ -155,6 +156,12 @@ struct ExpertCase {
 };
 
 TEST_F(CudaParity, MoeExperts) {
+  // The SIMT kernels (DIL_CUDA_MOE=simt, read when the backend is created): double accumulation,
+  // hence the bound below; the default tensor-core path has its own derived bound (test_moe_mma.cpp).
+  ::setenv("DIL_CUDA_MOE", "simt", 1);
+  gpu = make_backend(BackendKind::CUDA);
+  ::unsetenv("DIL_CUDA_MOE");
+  ASSERT_NE(gpu->name().find("simt moe"), std::string::npos) << gpu->name();
   for (ExpertCase c : {ExpertCase{"v4 D4096 I2048 E256 k6 act128 T=5", 5, 4096, 2048, 256, 6, 128, 3},
                        ExpertCase{"v41 D5120 I2304 E384 k6 act32 T=3", 3, 5120, 2304, 384, 6, 32, 2},
                        ExpertCase{"tiles: T=100 E8 k6 D256 I128", 100, 256, 128, 8, 6, 128, 8},
