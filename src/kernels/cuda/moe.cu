@@ -258,12 +258,14 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   // larger ones: 64-row tiles on the SIMT tile kernel, or kMmaBM-row tiles on the tensor-core
   // path (moe_mma.cu) when the weights are FP4 and the activations FP8-QDQ'd (both exact in
   // BF16); DIL_CUDA_MOE=simt keeps the SIMT kernels (exact double accumulation).
-  const bool few = Tk <= int64_t(8) * E;
   // As linear(): activations are quantized only in front of FP8/FP4 weights.
   const Weight::Kind kind = (*a.w1)[0].kind;
   const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
-  const bool mma = !few && c.use_moe_mma && quant && D % kMmaBK == 0 && Idim % kMmaBK == 0 &&
-                   moe_mma_fits(*a.w1) && moe_mma_fits(*a.w2) && moe_mma_fits(*a.w3);
+  const bool mma_ok = c.use_moe_mma && quant && D % kMmaBK == 0 && Idim % kMmaBK == 0 && moe_mma_fits(*a.w1) &&
+                      moe_mma_fits(*a.w2) && moe_mma_fits(*a.w3);
+  // DIL_CUDA_MOE=mma: the tensor-core path for decode-sized batches too.
+  const bool few = Tk <= int64_t(8) * E && !(mma_ok && c.moe_mma_small);
+  const bool mma = !few && mma_ok;
   const int bm = few ? kGemvRows : mma ? kMmaBM : kBM;
   int max_tiles = int(ceil_div(Tk, bm) + E);
   // Index scratch: one allocation.
