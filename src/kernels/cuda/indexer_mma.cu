@@ -12,7 +12,8 @@
 // operations in its order: term_h = double(w_h) * max(dot_h, 0), summed over heads ascending
 // in double (one thread per key row, through shared memory), rounded once to f32.
 //
-// Layout: one CTA per (token, 128 key rows). Warp w owns the 16-head m-tile w % MT (MT =
+// Layout: one CTA per (token, 128 key rows); a Reindex layer (cand_in) scores only the rows of
+// its candidate blocks, the only ones its top-k can select. Warp w owns the 16-head m-tile w % MT (MT =
 // heads/16, q fragments held in registers for the whole tile) and the key n-tiles
 // w / MT, w / MT + 4 / MT, ...; keys are staged in shared memory as BF16.
 #include <algorithm>
@@ -36,6 +37,10 @@ struct MmaParams {
   const int32_t *tok_seq, *tok_pos;
   float* scores;              // [T, n_max]
   int Hi, ratio, n_max;
+  // Reindex (V4.1): only the rows of these candidate blocks can be selected, so only they are
+  // scored. cand [T, cand_topk] block ids (-1 skipped), blocks of cand_block rows.
+  const int32_t* cand;
+  int cand_topk, cand_block;
 };
 
 __device__ __forceinline__ uint16_t bf16_bits(float f) { return uint16_t(__float_as_uint(d_round_bf16(f)) >> 16); }
@@ -75,21 +80,33 @@ __global__ void __launch_bounds__(kWarps * 32) idx_score_mma_kernel(MmaParams P)
   uint16_t* ks = reinterpret_cast<uint16_t*>(smem);                                   // [128][kKeyStride] bf16
   double* terms = reinterpret_cast<double*>(smem + kRowsPerCta * kKeyStride * 2);     // [128][MT*16 + 1]
   float* ws = reinterpret_cast<float*>(terms + kRowsPerCta * (MT * 16 + 1));          // [MT*16]
+  int* row_of = reinterpret_cast<int*>(ws + MT * 16);                                  // [128] row or -1
   constexpr int Hp = MT * 16, TS = Hp + 1;
   const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tig = lane & 3;
   const int seq = P.tok_seq[t];
   const int n_vis = (P.tok_pos[t] + 1) / P.ratio;
-  const int r0 = blockIdx.x * kRowsPerCta;
-  if (r0 >= n_vis) return;
-  const int rows = min(kRowsPerCta, n_vis - r0);
+  if (!P.cand && int(blockIdx.x) * kRowsPerCta >= n_vis) return;
+  // The tile's rows: 128 consecutive ones, or the rows of 128 / cand_block candidate blocks.
+  for (int lr = threadIdx.x; lr < kRowsPerCta; lr += blockDim.x) {
+    int r = -1;
+    if (P.cand) {
+      const int j = blockIdx.x * (kRowsPerCta / P.cand_block) + lr / P.cand_block;
+      const int b = j < P.cand_topk ? P.cand[int64_t(t) * P.cand_topk + j] : -1;
+      if (b >= 0) r = b * P.cand_block + lr % P.cand_block;
+    } else {
+      r = blockIdx.x * kRowsPerCta + lr;
+    }
+    row_of[lr] = r < n_vis ? r : -1;
+  }
+  __syncthreads();
 
-  // Stage the tile's keys (16 B per thread per step; rows past n_vis are zero) and the weights.
-  const uint16_t* kg = P.keys + (P.key_off[seq] + r0) * kDi;
+  // Stage the tile's keys (16 B per thread per step; absent rows are zero) and the weights.
+  const uint16_t* kg = P.keys + P.key_off[seq] * kDi;
   for (int i = threadIdx.x; i < kRowsPerCta * (kDi / 8); i += blockDim.x) {
     int r = i / (kDi / 8), c = i % (kDi / 8);
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < rows) v = reinterpret_cast<const uint4*>(kg + int64_t(r) * kDi)[c];
+    if (row_of[r] >= 0) v = reinterpret_cast<const uint4*>(kg + int64_t(row_of[r]) * kDi)[c];
     *reinterpret_cast<uint4*>(ks + r * kKeyStride + c * 8) = v;
   }
   for (int h = threadIdx.x; h < Hp; h += blockDim.x) ws[h] = h < P.Hi ? P.w[int64_t(t) * P.Hi + h] : 0.f;
@@ -142,24 +159,27 @@ __global__ void __launch_bounds__(kWarps * 32) idx_score_mma_kernel(MmaParams P)
   }
   __syncthreads();
   // Sum over heads in ascending order, one thread per key row.
-  for (int k = threadIdx.x; k < rows; k += blockDim.x) {
+  for (int k = threadIdx.x; k < kRowsPerCta; k += blockDim.x) {
+    if (row_of[k] < 0) continue;
     double s = 0.0;
     const double* tk = terms + k * TS;
     for (int h = 0; h < P.Hi; ++h) s = __dadd_rn(s, tk[h]);
-    P.scores[int64_t(t) * P.n_max + r0 + k] = __double2float_rn(s);
+    P.scores[int64_t(t) * P.n_max + row_of[k]] = __double2float_rn(s);
   }
 }
 
 template <int MT>
 size_t smem_bytes() {
-  return size_t(kRowsPerCta) * kKeyStride * 2 + size_t(kRowsPerCta) * (MT * 16 + 1) * 8 + size_t(MT) * 16 * 4;
+  return size_t(kRowsPerCta) * kKeyStride * 2 + size_t(kRowsPerCta) * (MT * 16 + 1) * 8 + size_t(MT) * 16 * 4 +
+         size_t(kRowsPerCta) * 4;
 }
 
 template <int MT>
 void launch_scores(Ctx& c, const MmaParams& P, int T) {
   const size_t sm = smem_bytes<MT>();
   DIL_CUDA(cudaFuncSetAttribute(idx_score_mma_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm)));
-  dim3 grid(unsigned(ceil_div(P.n_max, kRowsPerCta)), unsigned(T));
+  const int64_t rows = P.cand ? int64_t(P.cand_topk) * P.cand_block : P.n_max;
+  dim3 grid(unsigned(ceil_div(rows, kRowsPerCta)), unsigned(T));
   idx_score_mma_kernel<MT><<<grid, kWarps * 32, sm, c.stream>>>(P);
   DIL_LAUNCH_CHECK("idx_score_mma_kernel");
 }
@@ -213,6 +233,11 @@ void indexer_scores_mma(Ctx& c, const IndexerArgs& a, const StepMeta& m, int n_m
   P.Hi = Hi;
   P.ratio = a.ratio;
   P.n_max = n_max;
+  if (!a.cand_in.empty() && kRowsPerCta % a.cand_block == 0) {  // Reindex: candidate rows only
+    P.cand = a.cand_in.ptr<int32_t>();
+    P.cand_topk = a.cand_topk;
+    P.cand_block = a.cand_block;
+  }
   switch (Hi / 16) {
     case 1: launch_scores<1>(c, P, T); break;
     case 2: launch_scores<2>(c, P, T); break;
