@@ -58,7 +58,6 @@ class CudaBackend final : public Backend {
     // DIL_CUDA_GEMM=simt (every GEMM on the exact kernels) implies it.
     const char* moe = std::getenv("DIL_CUDA_MOE");
     c_.use_moe_mma = c_.use_cublaslt && !(moe && std::strcmp(moe, "simt") == 0);
-    c_.moe_mma_small = c_.use_moe_mma && moe && std::strcmp(moe, "mma") == 0;
     const char* l = std::getenv("DIL_LT_FP8_LAYOUT");
     if (l && std::strlen(l) == 2) {
       c_.lt_a_layout = l[0] == '1';
