@@ -50,17 +50,20 @@ int usage() {
 }
 
 // Takes SIGINT/SIGTERM (blocked in every thread) and calls on_stop, again every 100 ms until
-// `done`, so a stop that lands before the server listens is not lost.
+// `done`, so a stop that lands before the server listens is not lost. `ended` (optional),
+// polled as often, stops it too (the data-parallel job stopped from another rank).
 class SignalWatcher {
  public:
-  SignalWatcher(sigset_t set, std::function<void()> on_stop)
-      : thread_([this, set, f = std::move(on_stop)] {
+  SignalWatcher(sigset_t set, std::function<void()> on_stop, std::function<bool()> ended = {})
+      : thread_([this, set, f = std::move(on_stop), ended = std::move(ended)] {
           bool stopping = false;
           while (!done_) {
             const timespec wait{0, 100 * 1000 * 1000};
             const int sig = sigtimedwait(&set, nullptr, &wait);
             if (sig > 0 && !stopping) std::fprintf(stderr, "serve: got signal %d, shutting down\n", sig);
-            stopping = stopping || sig > 0;
+            if (!stopping && sig <= 0 && ended && ended())
+              std::fprintf(stderr, "serve: the data-parallel job was stopped by another rank, shutting down\n");
+            stopping = stopping || sig > 0 || (ended && ended());
             if (stopping) f();
           }
         }) {}
@@ -167,7 +170,7 @@ int cmd_serve(int argc, char** argv) {
   std::fprintf(stderr, "serving '%s' on http://%s:%d (OpenAI API under /v1, %d data-parallel rank%s)\n",
                so.model_name.c_str(), so.host.c_str(), port, dp, dp > 1 ? "s" : "");
   {
-    SignalWatcher w(stop_sigs, [&srv] { srv.stop(); });
+    SignalWatcher w(stop_sigs, [&srv] { srv.stop(); }, [dpe] { return dpe && dpe->stopped(); });
     srv.run();
   }
   engine->shutdown();

@@ -127,6 +127,11 @@ void DpEngine::wait() {
   done_cv_.wait(lk, [&] { return done_; });
 }
 
+bool DpEngine::stopped() {
+  std::lock_guard<std::mutex> lk(done_mu_);
+  return done_;
+}
+
 void DpEngine::close_front(const std::string& why) {
   std::unordered_map<std::string, Owned> left;
   {

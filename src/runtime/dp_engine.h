@@ -67,8 +67,9 @@ class DpEngine final : public Engine, private StepHook {
   void shutdown() override;
   // shutdown() without waiting (safe from any thread, e.g. a signal watcher).
   void request_stop();
-  // Blocks until the job has stopped (whoever stopped it).
+  // Blocks until the job has stopped (whoever stopped it); stopped() polls the same.
   void wait();
+  bool stopped();
   int rank() const { return rank_; }
 
  private:

@@ -129,7 +129,6 @@ def test_concurrent_streaming_and_plain_requests(dp, one):
                     jobs.append((i, ex.submit(lambda i=i, rank=rank: complete(dp, PROMPTS[i], 12, rank)[1])))
         for i, f in jobs:
             assert f.result() == want[i], f"prompt {i}"
-    gauges, _ = rank_gauges(dp)
     assert wait_until(lambda: rank_gauges(dp)[0] == {0: (0.0, 0.0), 1: (0.0, 0.0)})
 
 
@@ -149,6 +148,14 @@ def test_bad_rank_header_is_a_400(dp, one):
     complete(one, [0, 5], 2, rank=0)
 
 
+def test_ep_must_equal_dp():
+    binary = os.environ.get("DIL_BIN", os.path.join(REPO, "build", "deepinfer-lab"))
+    r = subprocess.run([binary, "serve", "--dp", "2", "--ep", "1", "--port", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0
+    assert "only ep == dp is supported" in r.stderr, r.stderr
+
+
 def test_soak_short(dp):
     r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "dp_soak.py"), "--base-url", dp.base,
                         "--duration", "20", "--ranks", "2", "--concurrency", "3"],
@@ -161,8 +168,16 @@ def test_soak_short(dp):
 
 
 def children(pid):
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
-    return [int(x) for x in out.split()]
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:  # field 4: ppid
+                out.append(int(d))
+    return out
 
 
 def rank_of(pid):
@@ -185,6 +200,16 @@ def test_signal_stops_the_whole_job_cleanly(sig):
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
     log = s.read_log()
     assert "rank 1 stopped" in log and "serve: stopped" in log, log
+    s.stop()
+
+
+def test_signal_to_another_rank_stops_the_job():
+    s = ServerProcess("--dp", "2", "--ep", "2", *FLAGS)
+    rank1 = [p for p in children(s.proc.pid) if rank_of(p) == 1]
+    assert len(rank1) == 1
+    os.kill(rank1[0], signal.SIGTERM)
+    assert s.proc.wait(timeout=30) == 0, s.read_log()
+    assert "stopped by another rank" in s.read_log()
     s.stop()
 
 
