@@ -202,7 +202,7 @@ bool DpEngine::round(Engine& self, bool idle) {
       stop = c.shutdown;
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: dp rank %d: host round failed: %s; exiting\n", rank_, e.what());
+    std::fprintf(stderr, "error: dp rank %d: lost a peer in the host round (%s); exiting\n", rank_, e.what());
     std::fflush(stderr);
     std::_Exit(kPeerLostExit);
   }
@@ -261,7 +261,7 @@ std::vector<int64_t> DpEngine::agree(int64_t n_tokens) {
   try {
     return comm_.exchange({n_tokens});
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: dp rank %d: step agreement failed: %s; exiting\n", rank_, e.what());
+    std::fprintf(stderr, "error: dp rank %d: lost a peer in the step agreement (%s); exiting\n", rank_, e.what());
     std::fflush(stderr);
     std::_Exit(kPeerLostExit);
   }
