@@ -80,6 +80,10 @@ struct AttnArgs {
   float scale = 0;
   int window = 128;
   Tensor out;        // [T, H, d] f32
+  // Official numerics: the backend may run the products on BF16 tensor cores with q, the rows
+  // and the probabilities split into two BF16 terms each (relative error per product
+  // <= 2^-16, f32 accumulation) instead of the exact double path.
+  bool split_bf16 = false;
 };
 
 struct CompressorArgs {
@@ -103,6 +107,10 @@ struct IndexerArgs {
   int topk = 512;
   Tensor out_idx;    // [T, topk] i32 logical rows, -1 padded; order: descending score
   bool sort_ascending = false;  // V4.1: selected rows sorted by index
+  // q and keys hold FP4-QDQ'd values (e2m1 times a power of two per 32 dims: official
+  // numerics), which lets a backend score them on BF16 tensor cores with exact products and
+  // exact per-block sums (same scores as the reference). false: arbitrary f32 values.
+  bool fp4_blocks = false;
   // V4.1 two-level selection (model-spec §4.3). Blocks are cand_block consecutive rows.
   // Candidate source: cand_out [T, cand_topk] i32 receives the top-cand_topk blocks by their
   // best row score (the block holding the newest visible row always kept), ascending, -1

@@ -1,7 +1,7 @@
 // deepinfer-lab bench prefill|decode|ceilings
 //
 //   bench prefill --config FILE [--context 131072] [--cached 126976] [--new-tokens 4096]
-//                 [--layers 1,3,4] [--device cuda] [--mode official] [--iters 3] [--json OUT]
+//                 [--layers 1,3,4|all] [--device cuda] [--mode official] [--iters 3] [--json OUT]
 //   bench decode  --config FILE --batch B --context C [...same options]
 //   bench ceilings [--device cuda]
 //   prefill/decode also take --nproc N (and --nnodes/--node-rank/--master-addr/--master-port):
@@ -92,8 +92,14 @@ int bench_model(const Args& args, bool decode, int argc, char** argv) {
   opt.numerics = parse_numerics(args.get("mode", "official"));
   opt.load_format = "dummy";
   opt.seed = uint64_t(args.get_int("seed", 1));
-  if (args.has("layers")) opt.layers = parse_int_list(args.get("layers"));
-  else opt.layers = default_layers(cfg);
+  if (args.get("layers") == "all") {
+    for (int L = 0; L < cfg.n_layers; ++L) opt.layers.push_back(L);
+  } else if (args.has("layers")) {
+    opt.layers = parse_int_list(args.get("layers"));
+  } else {
+    opt.layers = default_layers(cfg);
+  }
+  const bool full_depth = int(opt.layers.size()) == cfg.n_layers;
   const int64_t n_seqs = decode ? args.get_int("batch", 64) : 1;
   const int64_t context = args.get_int("context", decode ? 32768 : 131072);
   const int64_t new_tokens = decode ? 1 : args.get_int("new-tokens", 4096);
@@ -170,7 +176,10 @@ int bench_model(const Args& args, bool decode, int argc, char** argv) {
   for (auto& [k, mc] : cost) subset_floor += floor_ms(mc);
   for (auto& [k, mc] : full_cost) full_floor += floor_ms(mc);
   std::printf("measured step (subset, no profiling events): %.3f ms  -> %.1f tok/s\n", r.step_ms, tokens / (r.step_ms / 1e3));
-  if (extrapolable)
+  if (full_depth)
+    std::printf("full depth measured (all %d layers): %.3f ms/step  -> %.1f tok/s/GPU  (floor %.3f ms)\n", cfg.n_layers,
+                r.step_ms, tokens / (r.step_ms / 1e3), full_floor);
+  else if (extrapolable)
     std::printf("extrapolated to all %d layers: %.3f ms/step  -> %.1f tok/s/GPU  (floor %.3f ms)\n", cfg.n_layers, full_ms,
                 tokens / (full_ms / 1e3), full_floor);
   else
@@ -179,8 +188,9 @@ int bench_model(const Args& args, bool decode, int argc, char** argv) {
               {"layers", opt.layers}, {"n_layers", cfg.n_layers}, {"seqs", n_seqs}, {"cached", cached},
               {"new_tokens", new_tokens}, {"step_ms_subset", r.step_ms}, {"modules", jm},
               {"layer_kind_ms", r.layer_kind_ms}, {"ceilings", ceil}, {"floor_ms_subset", subset_floor},
-              {"floor_ms_full", full_floor}, {"extrapolated", extrapolable}};
-  if (extrapolable) {
+              {"floor_ms_full", full_floor}, {"extrapolated", extrapolable && !full_depth}, {"full_depth", full_depth}};
+  if (full_depth) out["tok_s_gpu"] = tokens / (r.step_ms / 1e3);
+  if (extrapolable && !full_depth) {
     out["full_ms_extrapolated"] = full_ms;
     out["tok_s_gpu_extrapolated"] = tokens / (full_ms / 1e3);
   }

@@ -11,6 +11,8 @@ namespace dil {
 
 namespace {
 
+constexpr int kDistinctExperts = 8;
+
 uint64_t splitmix(uint64_t& s) {
   uint64_t z = (s += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -91,6 +93,21 @@ SafeTensors make_dummy_checkpoint(const ModelConfig& cfg, const std::vector<int>
     const uint64_t ts = splitmix(tseed);  // drawn for every tensor: values do not depend on the filters below
     const int e = expert_of(s.name);
     if (e >= 0 && (e < expert_lo || (expert_hi >= 0 && e >= expert_hi))) continue;
+    // Routed experts beyond the first kDistinctExperts of this rank's shard share the host
+    // bytes of expert lo + (e - lo) % kDistinctExperts: a full V4-Flash shard is ~70 GB of
+    // experts that would otherwise be generated and held on the host. The backend still
+    // gets one copy per expert (adopt_weight), so the GPU reads as many distinct bytes.
+    if (e >= expert_lo + kDistinctExperts) {
+      const int src_e = expert_lo + (e - expert_lo) % kDistinctExperts;
+      const std::string key = ".ffn.experts." + std::to_string(e) + ".";
+      std::string src = s.name;
+      src.replace(src.find(key), key.size(), ".ffn.experts." + std::to_string(src_e) + ".");
+      const StEntry* se = st.find(src);
+      DIL_CHECK(se != nullptr, "dummy weights: ", src, " not generated before ", s.name);
+      st.add_owned(s.name, s.dtype, s.shape,
+                   Buffer(const_cast<uint8_t*>(se->data), s.nbytes(), Device::CPU, [](void*) {}));
+      continue;
+    }
     const size_t n = size_t(std::max<int64_t>(1, [&] { int64_t k = 1; for (auto d : s.shape) k *= d; return k; }()));
     Buffer buf = host_alloc(s.nbytes());
     const int64_t in = s.shape.size() == 2 ? s.shape[1] : 1;

@@ -39,8 +39,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
     }
     st = std::make_unique<SafeTensors>(make_dummy_checkpoint(cfg, opt.layers, opt.seed, e_lo, e_hi));
     if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
-    if (opt.comm && opt.comm->size() > 1) DIL_FAIL("expert parallelism (several ranks) is not supported for V4.1 yet");
-    // No tokenizer: Engram layers cannot be built from dummy weights (the model says so).
+      // No tokenizer: Engram layers cannot be built from dummy weights (the model says so).
     return std::make_unique<V41Model>(std::move(cfg), std::move(st), be, opt, "");
   }
   if (opt.load_format != "safetensors") DIL_FAIL("unknown load format '", opt.load_format, "' (safetensors or dummy)");
@@ -58,7 +57,6 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
     DIL_FAIL(msg);
   }
   if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
-  if (opt.comm && opt.comm->size() > 1) DIL_FAIL("expert parallelism (several ranks) is not supported for V4.1 yet");
   const std::string tok = (fs::path(dir) / "tokenizer.json").string();
   if (!cfg.engram_layers.empty() && !fs::exists(tok))
     DIL_FAIL("model folder ", dir, " has no tokenizer.json (V4.1's Engram hashes derive from it)");

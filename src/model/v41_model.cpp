@@ -11,7 +11,7 @@ namespace dil {
 V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
                    const std::string& tokenizer_json)
     : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), official_(opt.numerics == Numerics::Official),
-      binder_(*st_, be, cfg_) {
+      binder_(*st_, be, cfg_), ep_(opt.comm, cfg_.n_routed) {
   if (cfg_.gate_temp != 1.0f) DIL_FAIL("gate_temp ", cfg_.gate_temp, " is not supported (the release uses 1.0)");
   // Layers to build and run: all, or a subset (benchmarks) that must hold the kv / index /
   // candidate sources its layers read.
@@ -86,7 +86,7 @@ void V41Model::bind_layer(Layer& l, int L) {
   l.gate = b.matrix(p + "ffn.gate");
   l.gate_bias = b.tensor(p + "ffn.gate.bias");
   l.gate_bias_vl = b.tensor(p + "ffn.gate.bias_vl");
-  for (int e = 0; e < cfg_.n_routed; ++e) {
+  for (int e = ep_.lo(); e < ep_.hi(); ++e) {  // this rank's experts only (all of them on one rank)
     const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
     l.w1.push_back(b.matrix(ep + "w1"));
     l.w2.push_back(b.matrix(ep + "w2"));
@@ -219,6 +219,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
 
   proj.reset();
   AttnArgs a;
+  a.split_bf16 = official_;  // tensor cores allowed in official numerics (backend.h)
   a.q = q;
   a.kv_new = kv;
   a.ring = l.ring.as(DType::F32, {cache_.n_slots, cfg_.window, hd});
@@ -247,6 +248,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
       ia.q = qi; ia.w = w; ia.ratio = l.ratio; ia.rows_per_block = rpb;
       ia.keys = src.idx_rows.as(DType::F32, {cache_.n_blocks, rpb, di});
       ia.topk = cfg_.index_topk; ia.out_idx = sh.sel; ia.sort_ascending = true;
+      ia.fp4_blocks = official_;  // q above, keys in the kv-source layer: FP4-QDQ'd per 32
       if (l.cand_source || l.uses_cand) {
         ia.cand_block = cfg_.candidate_block_size;
         ia.cand_topk = cfg_.candidate_topk_blocks;
@@ -275,7 +277,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
   return y;
 }
 
-Tensor V41Model::moe(Layer& l, const Tensor& x, Scratch& s) {
+Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, Scratch& s) {
   const int64_t T = x.size(0), D = cfg_.dim, I = cfg_.moe_inter * cfg_.n_shared, E = cfg_.n_routed, k = cfg_.topk;
   const int ab = act_block();
   auto gate = std::make_unique<ProfileScope>(prof_, "moe gate");
@@ -290,13 +292,16 @@ Tensor V41Model::moe(Layer& l, const Tensor& x, Scratch& s) {
   r.out_idx = s.i32({T, k});
   be_.moe_route(r);
   gate.reset();
-  auto experts = std::make_unique<ProfileScope>(prof_, "moe experts");
-  Tensor out = s.f32({T, D});
-  MoeExpertsArgs e;
-  e.x = x; e.w1 = &l.w1; e.w2 = &l.w2; e.w3 = &l.w3; e.route_w = r.out_w; e.route_idx = r.out_idx;
-  e.act_block = ab; e.swiglu_limit = cfg_.swiglu_limit; e.out = out;
-  be_.moe_experts(e);
-  experts.reset();
+  Tensor out;  // [T, D] f32 routed sum
+  if (ep_.on()) {
+    out = ep_.routed(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);
+  } else {
+    ProfileScope ps(prof_, "moe experts");
+    out = s.f32({T, D});
+    MoeExpertsArgs e = experts_args(l);
+    e.x = x; e.route_w = r.out_w; e.route_idx = r.out_idx; e.out = out;
+    be_.moe_experts(e);
+  }
   ProfileScope ps(prof_, "moe shared");
   Tensor g = s.f32({T, I}), u = s.f32({T, I}), h = s.f32({T, I}), sh = s.f32({T, D});
   be_.linear(x, l.sw1, ab, g);
@@ -341,9 +346,37 @@ void V41Model::engram(Layer& l, const StepBatch& batch, const StepMeta& m, Tenso
   std::swap(X, X2);
 }
 
+MoeExpertsArgs V41Model::experts_args(Layer& l) const {
+  MoeExpertsArgs e;
+  e.w1 = &l.w1; e.w2 = &l.w2; e.w3 = &l.w3;
+  e.act_block = act_block(); e.swiglu_limit = cfg_.swiglu_limit;
+  return e;
+}
+
+// A rank without tokens in a step where another rank has some: no attention or Engram (they
+// are per rank), but every active layer's MoE collectives, with padding rows only.
+void V41Model::forward_idle(const ExpertParallel::Step& ep) {
+  for (Layer& l : layers_) {
+    if (!l.active) continue;
+    Scratch s(be_);
+    Tensor x = s.f32({0, cfg_.dim}), w = s.f32({0, cfg_.topk}), idx = s.i32({0, cfg_.topk});
+    ep_.routed(be_, prof_, experts_args(l), x, w, idx, ep, s);
+  }
+}
+
 void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   DIL_CHECK(cache_.n_slots > 0, "allocate_cache before forward");
   Scratch step(be_);
+  ExpertParallel::Step ep;
+  if (ep_.on()) {
+    // Every rank's token count, agreed on the host before any device work of the step.
+    logits->clear();
+    if (!ep_.begin(batch, int(cfg_.topk), be_, step, &ep)) return;  // nobody has work
+    if (batch.tokens.empty()) {
+      forward_idle(ep);
+      return;
+    }
+  }
   StepPlan p = plan_step(batch, cache_.block_tokens, be_);
   const StepMeta& m = p.meta;
   const int64_t T = m.n_tokens, D = cfg_.dim, n = cfg_.hc_mult;
@@ -394,7 +427,7 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
     be_.hc_collapse(X, a_pre, u);
     be_.rms_norm(u, l.ffn_norm, cfg_.norm_eps, xn);
     mhc.reset();
-    f = moe(l, xn, s);
+    f = moe(l, xn, ep, s);
     mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     be_.hc_post(f, X, post, comb, X2);
     std::swap(X, X2);

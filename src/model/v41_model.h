@@ -11,6 +11,7 @@
 
 #include "core/safetensors.h"
 #include "model/engram_hash.h"
+#include "model/expert_parallel.h"
 #include "model/model.h"
 #include "model/scratch.h"
 #include "model/weights.h"
@@ -50,7 +51,7 @@ class V41Model : public Model {
     Tensor cnorm, iknorm;
     Weight gate;
     Tensor gate_bias, gate_bias_vl;
-    std::vector<Weight> w1, w2, w3;
+    std::vector<Weight> w1, w2, w3;  // routed experts [ep_.lo(), ep_.hi())
     Weight sw1, sw2, sw3;
     RopeTable rope;
     Engram engram;
@@ -66,7 +67,9 @@ class V41Model : public Model {
   void bind_layer(Layer& l, int L);
   Tensor attention(Layer& l, const Tensor& x, const StepMeta& m, Shared& sh, Scratch& s);
   void write_source_rows(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s);
-  Tensor moe(Layer& l, const Tensor& x, Scratch& s);
+  Tensor moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, Scratch& s);
+  MoeExpertsArgs experts_args(Layer& l) const;  // this rank's expert lists and MoE numerics
+  void forward_idle(const ExpertParallel::Step& ep);  // a rank with no tokens joins every MoE collective
   void engram(Layer& l, const StepBatch& batch, const StepMeta& m, Tensor& X, Tensor& X2, Scratch& s);
   int act_block() const { return official_ ? cfg_.act_block : 0; }
 
@@ -75,6 +78,7 @@ class V41Model : public Model {
   Backend& be_;
   bool official_;
   WeightBinder binder_;
+  ExpertParallel ep_;  // routed experts held by this rank, the EP collectives
   EngramHash ehash_;
   Weight embed_, head_;
   Tensor norm_;

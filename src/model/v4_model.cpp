@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "dist/communicator.h"
 #include "model/rope.h"
 #include "model/step.h"
 
@@ -11,15 +10,7 @@ namespace dil {
 
 V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt)
     : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), official_(opt.numerics == Numerics::Official),
-      binder_(*st_, be, cfg_) {
-  if (opt.comm && opt.comm->size() > 1) {
-    comm_ = opt.comm;
-    ep_rank_ = comm_->rank();
-    ep_size_ = comm_->size();
-    if (ep_size_ > cfg_.n_routed) DIL_FAIL(ep_size_, " expert-parallel ranks for ", cfg_.n_routed, " routed experts");
-  }
-  e_lo_ = int(int64_t(cfg_.n_routed) * ep_rank_ / ep_size_);
-  e_hi_ = int(int64_t(cfg_.n_routed) * (ep_rank_ + 1) / ep_size_);
+      binder_(*st_, be, cfg_), ep_(opt.comm, cfg_.n_routed) {
   embed_ = binder_.matrix("embed");
   head_ = binder_.matrix("head");
   norm_ = binder_.tensor("norm.weight");
@@ -73,7 +64,7 @@ void V4Model::bind_block(Layer& l, const std::string& p, int ratio, bool hash) {
   l.gate = b.matrix(p + "ffn.gate");
   if (hash) l.tid2eid = b.table_i32(p + "ffn.gate.tid2eid");
   else l.gate_bias = b.tensor(p + "ffn.gate.bias");
-  for (int e = e_lo_; e < e_hi_; ++e) {  // this rank's experts only (all of them on one rank)
+  for (int e = ep_.lo(); e < ep_.hi(); ++e) {  // this rank's experts only (all of them on one rank)
     std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
     l.w1.push_back(b.matrix(ep + "w1"));
     l.w2.push_back(b.matrix(ep + "w2"));
@@ -188,6 +179,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
 
   proj.reset();
   AttnArgs a;
+  a.split_bf16 = official_;  // tensor cores allowed in official numerics (backend.h)
   a.q = q;
   a.kv_new = kv;
   a.ring = l.ring.as(DType::F32, {cache_.n_slots, cfg_.window, hd});
@@ -226,6 +218,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
       ia.q = qi; ia.w = w; ia.ratio = 4; ia.rows_per_block = cache_.block_tokens / 4;
       ia.keys = l.idx_rows.as(DType::F32, {cache_.n_blocks, ia.rows_per_block, di});
       ia.topk = cfg_.index_topk; ia.out_idx = idx;
+      ia.fp4_blocks = official_;  // q and keys FP4-QDQ'd above / in compress()
       be_.indexer_topk(ia, m);
       a.comp_idx = idx;
     }
@@ -246,7 +239,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
   return y;
 }
 
-Tensor V4Model::moe(Layer& l, const Tensor& x, const Tensor& ids, const EpStep& ep, Scratch& s) {
+Tensor V4Model::moe(Layer& l, const Tensor& x, const Tensor& ids, const ExpertParallel::Step& ep, Scratch& s) {
   const int64_t T = x.size(0), D = cfg_.dim, I = cfg_.moe_inter, E = cfg_.n_routed, k = cfg_.topk;
   const int ab = act_block();
   auto gate = std::make_unique<ProfileScope>(prof_, "moe gate");
@@ -260,14 +253,13 @@ Tensor V4Model::moe(Layer& l, const Tensor& x, const Tensor& ids, const EpStep& 
   be_.moe_route(r);
   gate.reset();
   Tensor out;  // [T, D] f32 routed sum
-  if (expert_parallel()) {
-    out = moe_ep(l, x, r.out_w, r.out_idx, ep, s);
+  if (ep_.on()) {
+    out = ep_.routed(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);
   } else {
     ProfileScope ps(prof_, "moe experts");
     out = s.f32({T, D});
-    MoeExpertsArgs e;
-    e.x = x; e.w1 = &l.w1; e.w2 = &l.w2; e.w3 = &l.w3; e.route_w = r.out_w; e.route_idx = r.out_idx;
-    e.act_block = ab; e.swiglu_limit = cfg_.swiglu_limit; e.out = out;
+    MoeExpertsArgs e = experts_args(l);
+    e.x = x; e.route_w = r.out_w; e.route_idx = r.out_idx; e.out = out;
     be_.moe_experts(e);
   }
   ProfileScope ps(prof_, "moe shared");
@@ -282,16 +274,11 @@ Tensor V4Model::moe(Layer& l, const Tensor& x, const Tensor& ids, const EpStep& 
 
 void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   Scratch step(be_);
-  EpStep ep;
-  if (expert_parallel()) {
+  ExpertParallel::Step ep;
+  if (ep_.on()) {
     // Every rank's token count, agreed on the host before any device work of the step.
-    std::vector<int64_t> counts = batch.rank_tokens.empty() ? agree(batch) : batch.rank_tokens;
-    DIL_CHECK(counts.size() == size_t(ep_size_) && counts[size_t(ep_rank_)] == int64_t(batch.tokens.size()),
-              "rank_tokens does not match this rank's batch");
-    for (int64_t c : counts) ep.t_max = std::max(ep.t_max, c);
     logits->clear();
-    if (ep.t_max == 0) return;  // nobody has work: no collective either
-    ep.no_route = upload_i32(std::vector<int32_t>(size_t(ep.t_max * cfg_.topk), -1), be_, step.storage());
+    if (!ep_.begin(batch, int(cfg_.topk), be_, step, &ep)) return;  // nobody has work
     if (batch.tokens.empty()) {
       forward_idle(ep);
       return;
@@ -365,66 +352,21 @@ void V4Model::randomize_cache(uint64_t seed) {
 
 namespace dil {
 
-std::vector<int64_t> V4Model::agree(const StepBatch& batch) { return comm_->exchange({int64_t(batch.tokens.size())}); }
-
-// First version of the expert-parallel MoE: all-gather + reduce-scatter. Every rank pads its
-// T tokens to the step's maximum t_max (padding rows route to expert -1 and cost nothing),
-// all-gathers tokens and their routing (computed on the owning rank, so hash-routed layers
-// need no token ids here), runs its own experts over all R*t_max tokens and reduce-scatters
-// the partial sums back to the owners. Why not all-to-all first: the collectives have fixed
-// sizes known on the host before the step (no per-expert counts to exchange, so no host sync
-// and graph-capturable), the reduction happens in the collective rather than in a combine
-// kernel, and for decode-sized steps the payload is small enough that latency, not bytes,
-// dominates. Its cost is R x the bytes of an all-to-all for large prefill steps; the NCCL
-// grouped send/recv (or device API) dispatch replaces it when that matters
-// (docs/architecture.md, "Multi-GPU").
-Tensor V4Model::moe_ep(Layer& l, const Tensor& x, const Tensor& route_w, const Tensor& route_idx, const EpStep& ep,
-                       Scratch& s) {
-  const int64_t T = x.size(0), Tm = ep.t_max, R = ep_size_, D = cfg_.dim, k = cfg_.topk;
-  DIL_CHECK(T <= Tm, "moe_ep: ", T, " tokens above the agreed maximum ", Tm);
-  Tensor xp = x, wp = route_w, ip = route_idx;  // [Tm, D] f32, [Tm, k] f32, [Tm, k] i32
-  if (T < Tm) {
-    xp = s.f32({Tm, D});
-    wp = s.f32({Tm, k});
-    ip = s.i32({Tm, k});
-    be_.copy(ip, ep.no_route);
-    if (T > 0) {
-      be_.copy(xp.rows(0, T), x);
-      be_.copy(wp.rows(0, T), route_w);
-      be_.copy(ip.rows(0, T), route_idx);
-    }
-  }
-  Tensor xa = s.f32({R * Tm, D}), wa = s.f32({R * Tm, k}), ia = s.i32({R * Tm, k});  // every rank's rows
-  {
-    ProfileScope ps(prof_, "moe dispatch");
-    comm_->all_gather(xp, xa);
-    comm_->all_gather(wp, wa);
-    comm_->all_gather(ip, ia);
-  }
-  Tensor part = s.f32({R * Tm, D});  // this rank's experts' share of every token's routed sum
-  {
-    ProfileScope ps(prof_, "moe experts");
-    MoeExpertsArgs e;
-    e.x = xa; e.w1 = &l.w1; e.w2 = &l.w2; e.w3 = &l.w3; e.route_w = wa; e.route_idx = ia;
-    e.act_block = act_block(); e.swiglu_limit = cfg_.swiglu_limit; e.out = part; e.expert_offset = e_lo_;
-    be_.moe_experts(e);
-  }
-  Tensor mine = s.f32({Tm, D});  // [Tm, D] routed sums of this rank's (padded) tokens
-  {
-    ProfileScope ps(prof_, "moe combine");
-    comm_->reduce_scatter(part, mine);
-  }
-  return mine.rows(0, T);
-}
-
 // A rank without tokens in a step where another rank has some: no attention (it is per rank),
 // but every layer's MoE collectives, with padding rows only.
-void V4Model::forward_idle(const EpStep& ep) {
+void V4Model::forward_idle(const ExpertParallel::Step& ep) {
   for (Layer& l : layers_) {
     Scratch s(be_);
     Tensor x = s.f32({0, cfg_.dim}), w = s.f32({0, cfg_.topk}), idx = s.i32({0, cfg_.topk});
-    moe_ep(l, x, w, idx, ep, s);
+    ep_.routed(be_, prof_, experts_args(l), x, w, idx, ep, s);
   }
+}
+
+MoeExpertsArgs V4Model::experts_args(Layer& l) const {
+  MoeExpertsArgs e;
+  e.w1 = &l.w1; e.w2 = &l.w2; e.w3 = &l.w3;
+  e.act_block = act_block(); e.swiglu_limit = cfg_.swiglu_limit;
+  return e;
 }
 
 }  // namespace dil

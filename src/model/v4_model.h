@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "model/expert_parallel.h"
 #include "model/model.h"
 #include "model/scratch.h"
 #include "model/weights.h"
@@ -49,22 +50,12 @@ class V4Model : public Model {
   Tensor attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s);
   void compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Buffer& sscore, Buffer& rows, int rows_dim,
                 bool indexer, const StepMeta& m, Scratch& s);
-  // Expert parallelism: the step's padded token count (max over ranks) and a [t_max, k] i32
-  // tensor of -1 (the routing of padding rows). t_max = 0: single rank.
-  struct EpStep {
-    int64_t t_max = 0;
-    Tensor no_route;
-  };
-  Tensor moe(Layer& l, const Tensor& x, const Tensor& ids, const EpStep& ep, Scratch& s);
-  // EP: this rank's routed tokens -> every rank's experts -> this rank's routed sum [T, D].
-  Tensor moe_ep(Layer& l, const Tensor& x, const Tensor& route_w, const Tensor& route_idx, const EpStep& ep,
-                Scratch& s);
-  void forward_idle(const EpStep& ep);  // a rank with no tokens joins every MoE collective
-  std::vector<int64_t> agree(const StepBatch& batch);
+  Tensor moe(Layer& l, const Tensor& x, const Tensor& ids, const ExpertParallel::Step& ep, Scratch& s);
+  MoeExpertsArgs experts_args(Layer& l) const;  // this rank's expert lists and MoE numerics
+  void forward_idle(const ExpertParallel::Step& ep);  // a rank with no tokens joins every MoE collective
   void hc_pre(const Tensor& X, const Hc& hc, Tensor u, Tensor post, Tensor comb, Scratch& s);
 
   int act_block() const { return official_ ? cfg_.act_block : 0; }
-  bool expert_parallel() const { return comm_ != nullptr; }
 
   ModelConfig cfg_;
   std::unique_ptr<SafeTensors> st_;
@@ -77,9 +68,7 @@ class V4Model : public Model {
   std::vector<Layer> layers_;
   std::vector<Buffer> rope_bufs_;
   Cache cache_;
-  Communicator* comm_ = nullptr;  // non-null only with more than one rank
-  int ep_rank_ = 0, ep_size_ = 1;
-  int e_lo_ = 0, e_hi_ = 0;       // routed experts held by this rank: [e_lo_, e_hi_)
+  ExpertParallel ep_;  // routed experts held by this rank, the EP collectives
 };
 
 }  // namespace dil

@@ -256,4 +256,20 @@ inline std::vector<int32_t> block_list(int n, int base, uint32_t seed) {
   return b;
 }
 
+// Official-numerics indexer inputs: each 32-value block scaled by 2^u, u uniform in
+// [-spread, spread] (the blocks' scales differ, as across a real head), then FP4-QDQ'd on the
+// host reference (e2m1 times a power of two per 32 values) in place. v: [rows, 128].
+// spread 8: q and key block scales then differ by at most 2^32 per product, within the 2^39
+// for which the dot products are exact (indexer_mma.cu).
+inline void fp4_blocks_inplace(Backend& cpu, std::vector<float>& v, uint32_t seed, int spread = 8) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> u(-spread, spread);
+  for (size_t b = 0; b < v.size() / 32; ++b) {
+    const float s = std::ldexp(1.0f, u(rng));
+    for (size_t i = 0; i < 32; ++i) v[b * 32 + i] *= s;
+  }
+  Tensor t = host_view(v, {int64_t(v.size() / 128), 128});
+  cpu.fp4_qdq(t, 32, false);
+}
+
 }  // namespace dil::test

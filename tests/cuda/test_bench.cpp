@@ -3,6 +3,7 @@
 // synchronize(), median of repeated runs after a warm-up; inputs random, never zeros.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 
 #include "parity.h"
@@ -122,6 +123,55 @@ TEST_F(CudaBench, DISABLED_MoeAttentionIndexer) {
     a.out_idx = poisoned(DType::I32, {T, 512});
     double ms = time_ms([&] { gpu->indexer_topk(a, m); }, 5);
     report("indexer_topk", "65535 rows Hi64 T=" + std::to_string(T), ms, 2.0 * T * 65535 * Hi * di, 0);
+  }
+}
+
+// Routed experts at the V4.1-Flash prefill shape (T=4096, E=384 top-6, D=5120, I=2304, FP4
+// weights, act_block 32): the tensor-core path (default) and the SIMT kernels (DIL_CUDA_MOE=simt).
+// 16 distinct weight sets (expert e uses set e % 16); routing uniformly random.
+TEST_F(CudaBench, DISABLED_MoeExpertsPrefill) {
+  const int64_t T = 4096, D = 5120, I = 2304, E = 384;
+  const int k = 6, sets = 16;
+  std::vector<HostWeight> s1, s2, s3;
+  for (int i = 0; i < sets; ++i) {
+    s1.push_back(make_weight(Weight::Kind::FP4, I, D, 32, 970 + 3 * i));
+    s2.push_back(make_weight(Weight::Kind::FP4, D, I, 32, 971 + 3 * i));
+    s3.push_back(make_weight(Weight::Kind::FP4, I, D, 32, 972 + 3 * i));
+  }
+  const auto x = rnd(size_t(T * D), 1020), rw = rnd(size_t(T * k), 1021);
+  const auto idx = rnd_int(size_t(T * k), 1022, 0, int(E - 1));
+  for (bool simt : {false, true}) {
+    if (simt) {  // a fresh backend reads DIL_CUDA_MOE; the previous one's buffers go first
+      bufs.clear();
+      ::setenv("DIL_CUDA_MOE", "simt", 1);
+      gpu = make_backend(BackendKind::CUDA);
+      ::unsetenv("DIL_CUDA_MOE");
+    }
+    std::vector<Weight> d1, d2, d3, g1, g2, g3;
+    for (int i = 0; i < sets; ++i) {
+      d1.push_back(dev_weight(s1[i]));
+      d2.push_back(dev_weight(s2[i]));
+      d3.push_back(dev_weight(s3[i]));
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      g1.push_back(d1[e % sets]);
+      g2.push_back(d2[e % sets]);
+      g3.push_back(d3[e % sets]);
+    }
+    MoeExpertsArgs a;
+    a.x = devf(x, {T, D});
+    a.w1 = &g1;
+    a.w2 = &g2;
+    a.w3 = &g3;
+    a.route_w = devf(rw, {T, k});
+    a.route_idx = devi(idx, {T, k});
+    a.act_block = 32;
+    a.swiglu_limit = 10.0f;
+    a.out = poisoned(DType::F32, {T, D});
+    double ms = time_ms([&] { gpu->moe_experts(a); }, simt ? 3 : 10);
+    double wbytes = double(E) * 3 * (D * I / 2 + D * I / 32);
+    report(simt ? "moe_experts fp4 simt" : "moe_experts fp4 mma", "v41 E384 k6 T=4096 act32", ms,
+           2.0 * T * k * 3 * D * I, wbytes);
   }
 }
 

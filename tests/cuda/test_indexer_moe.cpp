@@ -1,6 +1,7 @@
 // Parity of the lightning indexer (scores + exact top-k with lowest-index ties, 64K rows),
 // MoE routing (bias top-k, hash, ties) and the routed experts (FP4 W4A8 grouped GEMM).
 #include <algorithm>
+#include <cstdlib>
 
 #include "parity.h"
 
@@ -17,7 +18,9 @@ struct IdxCase {
 
 class CudaIndexer : public CudaParity {
  protected:
-  void run(IdxCase c, uint32_t seed) {
+  // fp4: official-numerics inputs (FP4-QDQ'd per 32, fp4_blocks set): the tensor-core path,
+  // which must select exactly what the reference selects.
+  void run(IdxCase c, uint32_t seed, bool fp4 = false) {
     const int di = 128, topk = 512, rpb = 128 / c.ratio;
     int base = 0;
     for (auto& s : c.seqs) {
@@ -30,6 +33,10 @@ class CudaIndexer : public CudaParity {
     const int64_t T = m.n_tokens, NB = base;
     auto q = rnd(size_t(T * c.Hi * di), seed + 1), w = rnd(size_t(T * c.Hi), seed + 2);
     auto keys = rnd(size_t(NB * rpb * di), seed + 3);
+    if (fp4) {  // before the copies, so duplicated rows stay equal
+      fp4_blocks_inplace(*cpu, q, seed + 4);
+      fp4_blocks_inplace(*cpu, keys, seed + 5);
+    }
     if (c.dup) {  // physical row (b, i) copies the key of logical row (b*rpb + i) % dup of block 0
       for (int64_t r = 0; r < NB * rpb; ++r)
         std::copy_n(keys.begin() + (r % c.dup) * di, di, keys.begin() + r * di);
@@ -43,6 +50,7 @@ class CudaIndexer : public CudaParity {
     ha.rows_per_block = rpb;
     ha.topk = topk;
     ha.sort_ascending = c.ascending;
+    ha.fp4_blocks = fp4;
     ha.out_idx = host_view(ref, {T, topk});
     cpu->indexer_topk(ha, m);
     StepMeta gm = m;
@@ -53,7 +61,7 @@ class CudaIndexer : public CudaParity {
     ga.keys = devf(keys, {NB, rpb, di});
     ga.out_idx = poisoned(DType::I32, {T, topk});
     gpu->indexer_topk(ga, gm);
-    compare_exact_i32("indexer_topk", c.what, down<int32_t>(ga.out_idx), ref);
+    compare_exact_i32(fp4 ? "indexer_topk fp4 (mma)" : "indexer_topk", c.what, down<int32_t>(ga.out_idx), ref);
   }
 };
 
@@ -70,6 +78,23 @@ TEST_F(CudaIndexer, V41Ascending) {
 TEST_F(CudaIndexer, ExactTiesGoToLowestRow) {
   run({"ties: 7 distinct keys, T=3@2000", {{2000, 3, 0, {}}}, 16, 4, false, 7}, 321);
   run({"ties ascending, T=2@999", {{999, 2, 0, {}}}, 16, 4, true, 5}, 322);
+}
+
+TEST_F(CudaIndexer, Fp4TensorCoresV4SixtyFourKRows) {
+  run({"v4 Hi64 65535 rows + T=17@3000 + tiny", {{262140, 1, 0, {}}, {3000, 17, 1, {}}, {10, 1, 2, {}}, {0, 1, 3, {}}},
+       64, 4, false, 0},
+      305, true);
+}
+
+TEST_F(CudaIndexer, Fp4TensorCoresPrefillChunk) {
+  // A prefill chunk: 300 tokens of one sequence after 20000 cached ones, and a second sequence.
+  run({"v4 Hi64 T=300@20000 + T=40@100", {{20000, 300, 0, {}}, {100, 40, 1, {}}}, 64, 4, false, 0}, 306, true);
+}
+
+TEST_F(CudaIndexer, Fp4TensorCoresV41AndTies) {
+  run({"v41 Hi32 m2 ascending T=17@5000", {{5000, 17, 0, {}}, {1, 1, 1, {}}}, 32, 2, true, 0}, 315, true);
+  run({"ties Hi16: 7 distinct keys, T=3@2000", {{2000, 3, 0, {}}}, 16, 4, false, 7}, 325, true);
+  run({"ties Hi16 ascending, T=2@999", {{999, 2, 0, {}}}, 16, 4, true, 5}, 326, true);
 }
 
 struct RouteCase {
@@ -131,6 +156,12 @@ struct ExpertCase {
 };
 
 TEST_F(CudaParity, MoeExperts) {
+  // The SIMT kernels (DIL_CUDA_MOE=simt, read when the backend is created): double accumulation,
+  // hence the bound below; the default tensor-core path has its own derived bound (test_moe_mma.cpp).
+  ::setenv("DIL_CUDA_MOE", "simt", 1);
+  gpu = make_backend(BackendKind::CUDA);
+  ::unsetenv("DIL_CUDA_MOE");
+  ASSERT_NE(gpu->name().find("simt moe"), std::string::npos) << gpu->name();
   for (ExpertCase c : {ExpertCase{"v4 D4096 I2048 E256 k6 act128 T=5", 5, 4096, 2048, 256, 6, 128, 3},
                        ExpertCase{"v41 D5120 I2304 E384 k6 act32 T=3", 3, 5120, 2304, 384, 6, 32, 2},
                        ExpertCase{"tiles: T=100 E8 k6 D256 I128", 100, 256, 128, 8, 6, 128, 8},

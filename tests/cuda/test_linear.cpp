@@ -38,12 +38,20 @@ class CudaLinear : public CudaParity {
     // Paths through cuBLASLt (unless DIL_CUDA_GEMM=simt): FP8 128x128 with act 128, BF16.
     const bool lt_fp8 = !simt_only() && c.kind == Weight::Kind::FP8 && c.block == 128 && c.act == 128;
     const bool lt_bf16 = !simt_only() && c.kind == Weight::Kind::BF16;
+    // Other FP8 weights at >= 64 rows: dequantized to BF16, cuBLASLt BF16 (gemm.cu).
+    const bool lt_deq = !simt_only() && c.kind == Weight::Kind::FP8 && !lt_fp8 && c.T >= 64;
     double rel = 0, abs = 0;
     std::string path = "simt";
     if (lt_fp8) {
       rel = 2e-3;  // FP8 tensor-core products, fp32 promotion per 128-block; bf16 output if Lt needs it
       abs = 2e-2;
       path = "cublasLt fp8";
+    } else if (lt_deq) {
+      // Exact BF16 weights; activations exact (QDQ'd) or split in two terms (~2^-17 each);
+      // f32 accumulation over K: the BF16 path's bound.
+      rel = 2e-5;
+      abs = 1e-4;
+      path = c.act ? "cublasLt bf16 (fp8 dequant)" : "cublasLt bf16x2 (fp8 dequant)";
     } else if (lt_bf16) {
       rel = 2e-5;  // x split into two bf16 terms: ~2^-17 per activation
       abs = 1e-4;
@@ -67,6 +75,9 @@ TEST_F(CudaLinear, V41Fp8Blocks32) {
   run({K::FP8, 1280, 5120, 32, 32, 17, "v41 wq_a [1280,5120] T=17"}, 111);
   run({K::FP8, 512, 5120, 32, 32, 1, "v41 wkv [512,5120] T=1"}, 112);
   run({K::FP8, 5120, 2304, 32, 32, 5, "v41 shared w2 [5120,2304] T=5"}, 113);
+  run({K::FP8, 1280, 5120, 32, 32, 100, "v41 wq_a [1280,5120] T=100"}, 114);
+  run({K::FP8, 5120, 2304, 32, 32, 64, "v41 shared w2 [5120,2304] T=64"}, 115);
+  run({K::FP8, 1024, 4096, 128, 0, 77, "fp8 dequantized, no act quant T=77"}, 116);
 }
 
 TEST_F(CudaLinear, Fp4ExpertsAndDequantizedFp8) {
@@ -108,6 +119,21 @@ TEST_F(CudaParity, GroupedLinearWoA) {
   Tensor go = poisoned(DType::F32, {3, 8, 1024});
   gpu->grouped_linear(devf(x, {3, 8, 4096}), gw, 8, go);
   compare("grouped_linear simt", "v41 wo_a 32x32 G=8 T=3", down<float>(go), ref, 0, 0);
+  // Prefill sizes: dequantized to BF16, x split in two BF16 terms (the BF16 path's bound).
+  for (int blk : {128, 32}) {
+    const int64_t T = 100;
+    HostWeight hp = make_weight(Weight::Kind::FP8, 8192, 4096, blk, 145 + blk);
+    Weight gp = dev_weight(hp);
+    auto xp = rnd(size_t(T * 8 * 4096), 146);
+    std::vector<float> rp(size_t(T * 8 * 1024));
+    cpu->grouped_linear(host_view(xp, {T, 8, 4096}), hp.wt, 8, host_view(rp, {T, 8, 1024}));
+    Tensor gop = poisoned(DType::F32, {T, 8, 1024});
+    gpu->grouped_linear(devf(xp, {T, 8, 4096}), gp, 8, gop);
+    const bool lt = !simt_only();
+    compare(lt ? "grouped_linear bf16x2 (fp8 dequant)" : "grouped_linear simt",
+            "wo_a [8192,4096] blk " + std::to_string(blk) + " G=8 T=100", down<float>(gop), rp, lt ? 2e-5 : 0,
+            lt ? 1e-4 : 0);
+  }
 }
 
 }  // namespace

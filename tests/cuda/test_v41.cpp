@@ -20,7 +20,8 @@ class CudaV41Indexer : public CudaParity {
  protected:
   // Candidate-source call (cand_out + its own unrestricted top-k), then a Reindex call with
   // other queries restricted to the CPU's candidates; every index compared.
-  void run(CandCase c, uint32_t seed) {
+  // fp4: official-numerics inputs (FP4-QDQ'd per 32, fp4_blocks set: the tensor-core path).
+  void run(CandCase c, uint32_t seed, bool fp4 = false) {
     const int Hi = 32, di = 128, ratio = 4, rpb = 128 / ratio;  // V4.1-Flash index heads
     int base = 0;
     for (auto& s : c.seqs) {
@@ -32,6 +33,7 @@ class CudaV41Indexer : public CudaParity {
     StepMeta m = make_meta(c.seqs);
     const int64_t T = m.n_tokens, NB = base, CT = c.cand_topk, K = c.topk;
     auto keys = rnd(size_t(NB * rpb * di), seed + 3);
+    if (fp4) fp4_blocks_inplace(*cpu, keys, seed + 5);  // before the copies: duplicates stay equal
     if (c.dup) {
       for (int64_t r = 0; r < NB * rpb; ++r) std::copy_n(keys.begin() + (r % c.dup) * di, di, keys.begin() + r * di);
     }
@@ -41,6 +43,7 @@ class CudaV41Indexer : public CudaParity {
     std::vector<int32_t> cand(size_t(T * CT));
     for (int layer = 0; layer < 2; ++layer) {  // 0: candidate source, 1: Reindex
       auto q = rnd(size_t(T * Hi * di), seed + 10 * layer + 1), w = rnd(size_t(T * Hi), seed + 10 * layer + 2);
+      if (fp4) fp4_blocks_inplace(*cpu, q, seed + 10 * layer + 4);
       std::vector<int32_t> ref(size_t(T * K));
       IndexerArgs ha;
       ha.q = host_view(q, {T, Hi, di});
@@ -50,6 +53,7 @@ class CudaV41Indexer : public CudaParity {
       ha.rows_per_block = rpb;
       ha.topk = int(K);
       ha.sort_ascending = true;
+      ha.fp4_blocks = fp4;
       ha.cand_block = c.cand_block;
       ha.cand_topk = c.cand_topk;
       if (layer == 0) ha.cand_out = host_view(cand, {T, CT});
@@ -64,7 +68,7 @@ class CudaV41Indexer : public CudaParity {
       if (layer == 1) ga.cand_in = devi(cand, {T, CT});
       ga.out_idx = poisoned(DType::I32, {T, K});
       gpu->indexer_topk(ga, gm);
-      std::string what = std::string(layer == 0 ? "source " : "reindex ") + c.what;
+      std::string what = std::string(layer == 0 ? "source " : "reindex ") + (fp4 ? "fp4 " : "") + c.what;
       if (layer == 0) compare_exact_i32("indexer cand_out", what, down<int32_t>(ga.cand_out), cand);
       compare_exact_i32("indexer_topk cand", what, down<int32_t>(ga.out_idx), ref);
     }
@@ -95,6 +99,13 @@ TEST_F(CudaV41Indexer, ExactTiesGoToLowestBlockAndRow) {
   // 7 distinct keys: every block holds the same maximum, so all block scores tie.
   run({"ties: 7 keys, 20000 rows T=3", {{80000, 3, 0, {}}}, 8, 2048, 512, 7}, 531);
   run({"ties: 5 keys, cand 4x8 topk 16 T=2", {{999, 2, 0, {}}}, 8, 4, 16, 5}, 532);
+}
+
+TEST_F(CudaV41Indexer, Fp4TensorCores) {
+  run({"64K rows + T=17@3000 + T=1@0,@10", {{262140, 1, 0, {}}, {3000, 17, 1, {}}, {0, 1, 2, {}}, {10, 1, 3, {}}},
+       8, 2048, 512, 0},
+      541, true);
+  run({"ties: 7 keys, 20000 rows T=3", {{80000, 3, 0, {}}}, 8, 2048, 512, 7}, 542, true);
 }
 
 TEST_F(CudaParity, MoeRouteImageSpan) {

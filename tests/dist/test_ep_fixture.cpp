@@ -1,4 +1,4 @@
-// Expert-parallel MoE + data-parallel attention on the v4-tiny fixture (reference numerics),
+// Expert-parallel MoE + data-parallel attention on the v4-tiny and v41-tiny fixtures (reference numerics),
 // 2 ranks over the CPU backend's TCP loopback communicator (one thread per rank), against
 // the same model on 1 rank. Bounds: the fixture's (max |d| <= 2e-3, relative L2 <= 1e-4 per
 // position); the only expected difference is the order of the routed sum (each rank rounds
@@ -17,6 +17,7 @@ using namespace dil;
 using namespace dil::test;
 
 static const std::string kDir = std::string(DIL_SOURCE_DIR) + "/tests/data/v4-tiny";
+static const std::string kDir41 = std::string(DIL_SOURCE_DIR) + "/tests/data/v41-tiny";
 
 namespace {
 
@@ -28,7 +29,7 @@ struct Work {
 
 // Runs each rank's work in lockstep (a rank whose chunks are done runs empty steps) and
 // returns every rank's logits of every position.
-std::vector<std::vector<float>> run_ep(const std::vector<Work>& work) {
+std::vector<std::vector<float>> run_ep(const std::vector<Work>& work, const std::string& dir = kDir) {
   const int R = int(work.size()), port = free_port();
   std::vector<std::vector<float>> out(static_cast<size_t>(R));
   run_ranks(R, [&](int r) {
@@ -37,7 +38,7 @@ std::vector<std::vector<float>> run_ep(const std::vector<Work>& work) {
     ModelOptions o;
     o.numerics = Numerics::Reference;
     o.comm = comm.get();
-    auto model = load_model(kDir, *be, o);
+    auto model = load_model(dir, *be, o);
     const Work& w = work[size_t(r)];
     std::unique_ptr<SingleSequence> seq;
     if (!w.ids.empty()) seq = std::make_unique<SingleSequence>(*model, int(w.ids.size()));
@@ -67,11 +68,11 @@ std::vector<std::vector<float>> run_ep(const std::vector<Work>& work) {
   return out;
 }
 
-std::vector<float> run_single(const Work& w) {
+std::vector<float> run_single(const Work& w, const std::string& dir = kDir) {
   auto be = make_backend(BackendKind::CPU);
   ModelOptions o;
   o.numerics = Numerics::Reference;
-  auto model = load_model(kDir, *be, o);
+  auto model = load_model(dir, *be, o);
   SingleSequence seq(*model, int(w.ids.size()));
   std::vector<float> all;
   size_t pos = 0;
@@ -142,4 +143,19 @@ TEST(ExpertParallel, IdleRankJoinsEveryStep) {
       if (row[v] > row[best]) best = int32_t(v);
     EXPECT_EQ(best, gen[j]) << "generated token " << j;
   }
+}
+
+// V4.1 (shared ExpertParallel with V4): rank 0 a chunked prefill, rank 1 prefill then decode
+// steps and an idle tail; Engram and the candidate indexer stay per rank.
+TEST(ExpertParallel, V41TwoRanksMatchOneRank) {
+  SafeTensors ref = SafeTensors::open(kDir41 + "/reference.safetensors");
+  const int64_t V = int64_t(f32_of(ref, "seq0.logits").size() / ids_of(ref, "seq0.input_ids").size());
+  Work w0{ids_of(ref, "seq1.input_ids"), {}};
+  w0.chunks = {int(w0.ids.size()) - 30, 30};
+  Work w1{ids_of(ref, "seq0.input_ids"), steps(3, int(ids_of(ref, "seq0.input_ids").size()))};
+  auto ep = run_ep({w0, w1}, kDir41);
+  expect_same(ep[0], run_single(w0, kDir41), V, "v41 rank 0 seq1 vs 1 rank");
+  expect_same(ep[1], run_single(w1, kDir41), V, "v41 rank 1 seq0 vs 1 rank");
+  expect_same(ep[0], f32_of(ref, "seq1.logits"), V, "v41 rank 0 seq1 vs HF");
+  expect_same(ep[1], f32_of(ref, "seq0.logits"), V, "v41 rank 1 seq0 vs HF");
 }

@@ -2,47 +2,19 @@
 // or those an indexer selected), reading KV rows by index; and the two cache writers (SWA
 // ring, paged compressed rows). A correct first version: one block per (token, 8 heads),
 // one warp per head, online softmax in fp32 over chunks of 16 rows staged in shared memory
-// (the rows are shared by all heads: MQA). docs/kernels.md says what a tensor-core version
-// needs. Scores, the softmax and the weighted sum run in double (rows and q stay f32, their
-// products are exact in double), so the result is the reference's to a last-bit rounding.
-#include "kernels/cuda/ops.cuh"
+// (the rows are shared by all heads: MQA), the 16 rows of a chunk processed together.
+// docs/kernels.md says what a tensor-core version needs. Scores, the softmax and the weighted
+// sum run in double (rows and q stay f32, their products are exact in double), so the result
+// is the reference's to a last-bit rounding.
+#include "kernels/cuda/attention_mma.cuh"
 
 namespace dil::cuda {
 namespace {
 
 constexpr int kHeadsPerBlock = 8, kChunk = 16, kMaxD = 512;
 
-struct AttnParams {
-  const float* q;        // [T, H, d]
-  const float* kv_new;   // [T, d]
-  const float* ring;     // [n_slots, W, d]
-  const float* comp;     // [n_blocks, rpb, d] or null
-  const int32_t* comp_idx;  // [T, K] or null
-  const float* sink;     // [H]
-  float* out;            // [T, H, d]
-  const int32_t *q_start, *start_pos, *slot, *tok_pos, *tok_seq, *block_table;
-  int H, d, W, ring_len, ratio, rpb, K, max_blocks;
-  float scale;
-};
-
-__device__ const float* attn_row(const AttnParams& P, int t, int s, int p, int n_win, int c) {
-  if (c < n_win) {
-    int j = p - n_win + 1 + c;
-    int sp = P.start_pos[s];
-    if (j >= sp) return P.kv_new + int64_t(P.q_start[s] + (j - sp)) * P.d;
-    return P.ring + (int64_t(P.slot[s]) * P.ring_len + (j % P.ring_len)) * P.d;
-  }
-  c -= n_win;
-  int r = P.comp_idx ? P.comp_idx[int64_t(t) * P.K + c] : c;
-  int visible = (p + 1) / P.ratio;
-  if (r < 0 || r >= visible) return nullptr;
-  int b = P.block_table[s * P.max_blocks + r / P.rpb];
-  if (b < 0) return nullptr;
-  return P.comp + (int64_t(b) * P.rpb + r % P.rpb) * P.d;
-}
-
 __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams P) {
-  __shared__ float rows[kChunk][kMaxD];
+  __shared__ __align__(16) float rows[kChunk][kMaxD];
   __shared__ const float* ptrs[kChunk];
   const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int h = blockIdx.y * kHeadsPerBlock + warp;
@@ -66,29 +38,55 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams P) {
       ptrs[threadIdx.x] = c < n_cand ? attn_row(P, t, s, p, n_win, c) : nullptr;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < kChunk * P.d; i += blockDim.x) {
-      int r = i / P.d, k = i % P.d;
-      const float* src = ptrs[r];
-      rows[r][k] = src ? src[k] : 0.f;
+    const int d4 = P.d / 4;  // 16-byte loads (rows are d*4 >= 128 bytes apart, aligned)
+    for (int i = threadIdx.x; i < kChunk * d4; i += blockDim.x) {
+      int r = i / d4, k = i % d4;
+      const float4* src = reinterpret_cast<const float4*>(ptrs[r]);
+      reinterpret_cast<float4*>(&rows[r][0])[k] = src ? src[k] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     __syncthreads();
     if (h >= P.H) continue;
+    // The chunk's 16 rows at once, so that their independent dot products, warp reductions
+    // and exponentials overlap (one row at a time left the warp waiting on a chain of
+    // shuffles and a double exp per row). Same double arithmetic: one rescale per chunk.
+    double sc[kChunk];
+#pragma unroll
     for (int r = 0; r < kChunk; ++r) {
-      if (!ptrs[r]) continue;
       double dot = 0.0;
 #pragma unroll
       for (int i = 0; i < kMaxD / 32; ++i)
         if (i < dl) dot += double(q[i]) * double(rows[r][lane + 32 * i]);
-      double sc = warp_sum_d(dot) * double(P.scale);
-      double mn = fmax(m, sc);
-      double corr = exp(m - mn);  // m = -inf on the first row: corr = 0, acc and l are 0
-      double e = exp(sc - mn);
-      l = l * corr + e;
-#pragma unroll
-      for (int i = 0; i < kMaxD / 32; ++i)
-        if (i < dl) acc[i] = acc[i] * corr + e * rows[r][lane + 32 * i];
-      m = mn;
+      sc[r] = dot;
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+      for (int r = 0; r < kChunk; ++r) sc[r] += __shfl_xor_sync(0xffffffffu, sc[r], o);
+    }
+    double mn = m;
+#pragma unroll
+    for (int r = 0; r < kChunk; ++r) {
+      sc[r] = ptrs[r] ? sc[r] * double(P.scale) : -INFINITY;
+      mn = fmax(mn, sc[r]);
+    }
+    if (mn == -INFINITY) continue;  // no row of this chunk is visible (and none before)
+    const double corr = exp(m - mn);  // m = -inf before the first row: corr = 0, acc and l are 0
+    double e_sum = 0.0;
+#pragma unroll
+    for (int r = 0; r < kChunk; ++r) {
+      sc[r] = ptrs[r] ? exp(sc[r] - mn) : 0.0;
+      e_sum += sc[r];
+    }
+    l = l * corr + e_sum;
+#pragma unroll
+    for (int i = 0; i < kMaxD / 32; ++i) {
+      if (i >= dl) continue;
+      double v = acc[i] * corr;
+#pragma unroll
+      for (int r = 0; r < kChunk; ++r) v += sc[r] * rows[r][lane + 32 * i];
+      acc[i] = v;
+    }
+    m = mn;
   }
   if (h >= P.H) return;
   double sink = P.sink[h];
@@ -121,14 +119,13 @@ __global__ void paged_write_kernel(const float* rows, float* cache, int rpb, int
 
 }  // namespace
 
-void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m) {
+AttnParams make_attn_params(const AttnArgs& a, const StepMeta& m) {
   AttnParams P{};
-  int T = int(a.q.size(0));
+  const int T = int(a.q.size(0));
   P.H = int(a.q.size(1));
   P.d = int(a.q.size(2));
   DIL_CHECK(P.d % 32 == 0 && P.d <= kMaxD, "sparse_attention: head dim ", P.d);
   DIL_CHECK(a.kv_new.size(0) == T && a.kv_new.size(1) == P.d, "sparse_attention: kv_new ", a.kv_new.shape_str());
-  if (T == 0) return;
   P.q = a.q.ptr<float>();
   P.kv_new = a.kv_new.ptr<float>();
   P.ring = a.ring.empty() ? nullptr : a.ring.ptr<float>();
@@ -150,6 +147,17 @@ void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m) {
   P.block_table = m.block_table.empty() ? nullptr : m.block_table.ptr<int32_t>();
   P.max_blocks = m.max_blocks;
   DIL_CHECK(!P.ratio || (P.block_table && P.rpb > 0), "sparse_attention: compressed rows need a block table");
+  return P;
+}
+
+void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m) {
+  const int T = int(a.q.size(0));
+  const AttnParams P = make_attn_params(a, m);
+  if (T == 0) return;
+  if (attention_mma_supported(a)) {
+    sparse_attention_mma(c, P, T);  // official numerics: BF16-split tensor cores
+    return;
+  }
   dim3 grid(unsigned(T), unsigned(ceil_div(P.H, kHeadsPerBlock)));
   sparse_attn_kernel<<<grid, 256, 0, c.stream>>>(P);
   DIL_LAUNCH_CHECK("sparse_attn_kernel");

@@ -54,6 +54,10 @@ class CudaBackend final : public Backend {
     c_.lt_workspace = c_.arena->get(size_t(32) << 20);
     const char* g = std::getenv("DIL_CUDA_GEMM");  // read once, at construction
     c_.use_cublaslt = !(g && std::strcmp(g, "simt") == 0);
+    // DIL_CUDA_MOE=simt: routed experts on the exact SIMT kernels only (read once, here);
+    // DIL_CUDA_GEMM=simt (every GEMM on the exact kernels) implies it.
+    const char* moe = std::getenv("DIL_CUDA_MOE");
+    c_.use_moe_mma = c_.use_cublaslt && !(moe && std::strcmp(moe, "simt") == 0);
     const char* l = std::getenv("DIL_LT_FP8_LAYOUT");
     if (l && std::strlen(l) == 2) {
       c_.lt_a_layout = l[0] == '1';
@@ -73,7 +77,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::CUDA; }
   void* native_stream() override { return c_.stream; }
   std::string name() const override {
-    return str_cat("cuda:", c_.device, c_.use_cublaslt ? "" : " (simt gemm)");
+    return str_cat("cuda:", c_.device, c_.use_cublaslt ? "" : " (simt gemm)", c_.use_moe_mma ? "" : " (simt moe)");
   }
 
   Buffer alloc(size_t bytes) override {

@@ -5,8 +5,10 @@
 // - BF16: cuBLASLt BF16 GEMM with the f32 activations split into two bf16 terms
 //   (hi = bf16(x), lo = bf16(x - hi)), so the result keeps ~16 mantissa bits of x where a
 //   single bf16 cast would keep 8; fp32 accumulation.
-// - everything else (FP8 32x32 V4.1 blocks, FP8 dequantized (act_block 0), FP4, F32, shapes
-//   cuBLASLt rejects): the SIMT kernel of gemm_simt.cuh, after an activation QDQ when asked.
+// - other FP8 weights (V4.1's 32x32 blocks; wo_a, whose activations are not quantized) at 64
+//   rows or more: dequantized to BF16 per call, then cuBLASLt BF16 (linear_dequant_lt).
+// - everything else (fewer rows, FP4, F32, shapes cuBLASLt rejects): the SIMT kernel of
+//   gemm_simt.cuh, after an activation QDQ when asked.
 #include <cstdio>
 
 #include "kernels/cuda/gemv.cuh"
@@ -98,6 +100,23 @@ __global__ void bf16_to_f32_kernel(const uint16_t* a, int64_t n, float* out) {
     out[i] = d_bf16_to_f32(a[i]);
 }
 
+// FP8 block-scaled weight rows [n0, n0 + rows) -> BF16 [rows, K]: e4m3 * 2^(e8m0 - 127) is exact
+// in BF16 (4 significant bits) for block scales >= 2^-124.
+__global__ void dequant_fp8_bf16_kernel(WView w, int64_t n0, int64_t rows, uint16_t* out) {
+  const uint8_t* q = static_cast<const uint8_t*>(w.w);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * w.k;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = n0 + i / w.k, k = i % w.k;
+    const float v = d_e4m3_to_f32(q[r * w.k + k]) * d_e8m0_to_f32(w.scale[(r / w.bn) * w.scale_cols + k / w.bk]);
+    out[i] = uint16_t(__float_as_uint(v) >> 16);
+  }
+}
+// f32 -> BF16 for values known to be exact in BF16 (FP8-QDQ'd activations).
+__global__ void f32_to_bf16_exact_kernel(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = uint16_t(__float_as_uint(x[i]) >> 16);
+}
+
 unsigned stride_grid(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)); }
 
 // RAII holders for cuBLASLt descriptors.
@@ -117,8 +136,10 @@ struct LtDescs {
 // D[n_out x n_cols] (col-major, ld n_out) = op(A)^T-style TN GEMM: A [k x n_out] col-major
 // (a row-major [n_out, k] weight), B [k x n_cols] col-major (row-major activations).
 // Returns false when cuBLASLt has no algorithm for this configuration.
+// ldb / ldd: leading dimensions of B and D (0: packed, k and n_out); beta 1 accumulates into D.
 bool lt_matmul(Ctx& c, cudaDataType_t ab_type, cudaDataType_t d_type, const void* A, const void* B, void* D,
-               int64_t n_out, int64_t n_cols, int64_t k, const float* a_scale, const float* b_scale) {
+               int64_t n_out, int64_t n_cols, int64_t k, const float* a_scale, const float* b_scale,
+               int64_t ldb = 0, int64_t ldd = 0, float beta = 0.f) {
   LtDescs s;
   DIL_CUBLAS(cublasLtMatmulDescCreate(&s.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -135,8 +156,8 @@ bool lt_matmul(Ctx& c, cudaDataType_t ab_type, cudaDataType_t d_type, const void
     DIL_CUBLAS(cublasLtMatmulDescSetAttribute(s.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
   }
   DIL_CUBLAS(cublasLtMatrixLayoutCreate(&s.a, ab_type, uint64_t(k), uint64_t(n_out), k));
-  DIL_CUBLAS(cublasLtMatrixLayoutCreate(&s.b, ab_type, uint64_t(k), uint64_t(n_cols), k));
-  DIL_CUBLAS(cublasLtMatrixLayoutCreate(&s.d, d_type, uint64_t(n_out), uint64_t(n_cols), n_out));
+  DIL_CUBLAS(cublasLtMatrixLayoutCreate(&s.b, ab_type, uint64_t(k), uint64_t(n_cols), ldb ? ldb : k));
+  DIL_CUBLAS(cublasLtMatrixLayoutCreate(&s.d, d_type, uint64_t(n_out), uint64_t(n_cols), ldd ? ldd : n_out));
   DIL_CUBLAS(cublasLtMatmulPreferenceCreate(&s.pref));
   size_t ws = c.lt_workspace.bytes();
   DIL_CUBLAS(cublasLtMatmulPreferenceSetAttribute(s.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
@@ -144,7 +165,7 @@ bool lt_matmul(Ctx& c, cudaDataType_t ab_type, cudaDataType_t d_type, const void
   int found = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c.lt, s.op, s.a, s.b, s.d, s.d, s.pref, 1, &res, &found);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
-  float alpha = 1.f, beta = 0.f;
+  float alpha = 1.f;
   DIL_CUBLAS(cublasLtMatmul(c.lt, s.op, &alpha, A, s.a, B, s.b, &beta, D, s.d, D, s.d, &res.algo,
                             c.lt_workspace.data(), ws, c.stream));
   return true;
@@ -204,6 +225,48 @@ bool linear_bf16_lt(Ctx& c, const Tensor& x, const Weight& w, Tensor out) {
   return true;
 }
 
+// FP8 weights cuBLASLt cannot scale (V4.1's 32x32 blocks; activations not quantized, as wo_a)
+// at prefill sizes: the weight (rows [w_row0, w_row0 + N)) dequantized once per call into a
+// BF16 scratch (exact), then cuBLASLt BF16 with f32 accumulation. FP8-QDQ'd activations
+// (quant) are exact in BF16: one GEMM; others are split into hi + lo BF16 terms, a second
+// GEMM accumulating into the same output (beta 1), ~2^-17 per activation as the BF16 path.
+// x [M, K] with row stride ldx; out [M, N] with row stride ldo.
+bool linear_dequant_lt(Ctx& c, const float* x, int64_t ldx, int64_t M, const Weight& w, int64_t w_row0, int64_t N,
+                       bool quant, int act_block, float* out, int64_t ldo) {
+  const int64_t K = w.in;
+  Buffer wb = c.scratch(size_t(N * K) * 2);
+  dequant_fp8_bf16_kernel<<<stride_grid(N * K), 256, 0, c.stream>>>(make_wview(w), w_row0, N,
+                                                                    static_cast<uint16_t*>(wb.data()));
+  DIL_LAUNCH_CHECK("dequant_fp8_bf16_kernel");
+  // Activations packed [M, K] (or [2M, K]: hi rows then lo rows).
+  Buffer xb = c.scratch(size_t((quant ? 1 : 2) * M * K) * 2);
+  uint16_t* xh = static_cast<uint16_t*>(xb.data());
+  Buffer xq;
+  if (quant) {
+    xq = c.scratch(size_t(M * K) * 4);
+    DIL_CUDA(cudaMemcpy2DAsync(xq.data(), size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, size_t(M),
+                               cudaMemcpyDeviceToDevice, c.stream));
+    fp8_qdq(c, static_cast<float*>(xq.data()), M, K, int(K), act_block);
+    f32_to_bf16_exact_kernel<<<stride_grid(M * K), 256, 0, c.stream>>>(static_cast<float*>(xq.data()), M * K, xh);
+    DIL_LAUNCH_CHECK("f32_to_bf16_exact_kernel");
+  } else {
+    xq = c.scratch(size_t(M * K) * 4);
+    DIL_CUDA(cudaMemcpy2DAsync(xq.data(), size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, size_t(M),
+                               cudaMemcpyDeviceToDevice, c.stream));
+    split_bf16_kernel<<<stride_grid(M * K), 256, 0, c.stream>>>(static_cast<float*>(xq.data()), M * K, xh, xh + M * K);
+    DIL_LAUNCH_CHECK("split_bf16_kernel");
+  }
+  if (!lt_matmul(c, CUDA_R_16BF, CUDA_R_32F, wb.data(), xh, out, N, M, K, nullptr, nullptr, K, ldo, 0.f)) return false;
+  if (!quant && !lt_matmul(c, CUDA_R_16BF, CUDA_R_32F, wb.data(), xh + M * K, out, N, M, K, nullptr, nullptr, K, ldo,
+                           1.f))
+    return false;
+  return true;
+}
+
+// Rows from which the dequantize-then-BF16 path beats the SIMT kernel: the dequantization
+// writes 2 bytes per weight, amortised over the rows' 2*M FLOPs per weight.
+constexpr int64_t kDequantMinRows = 64;
+
 }  // namespace
 
 void gemm_simt(Ctx& c, const float* x, int64_t ldx, int64_t m, const WView& w, int64_t w_row0, float* out,
@@ -238,6 +301,9 @@ void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out)
     } else if (w.kind == Weight::Kind::BF16 && w.in % 8 == 0 && w.out % 8 == 0) {
       if (linear_bf16_lt(c, x, w, out)) return;
       warn_once(c.warned_bf16, "cuBLASLt has no BF16 algorithm for this shape");
+    } else if (w.kind == Weight::Kind::FP8 && M >= kDequantMinRows && w.in % 8 == 0 && w.out % 8 == 0) {
+      if (linear_dequant_lt(c, x.ptr<float>(), w.in, M, w, 0, w.out, quant, act_block, out.ptr<float>(), w.out)) return;
+      warn_once(c.warned_bf16, "cuBLASLt has no BF16 algorithm for this shape");
     }
   }
   const float* xin = x.ptr<float>();
@@ -259,6 +325,14 @@ void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor
   DIL_CHECK(x.numel() == T * groups * K && out.numel() == T * groups * N, "grouped_linear: shapes ",
             x.shape_str(), " ", out.shape_str());
   if (T == 0) return;
+  if (c.use_cublaslt && w.kind == Weight::Kind::FP8 && T >= kDequantMinRows && K % 8 == 0 && N % 8 == 0) {
+    bool ok = true;
+    for (int g = 0; g < groups && ok; ++g)
+      ok = linear_dequant_lt(c, x.ptr<float>() + g * K, int64_t(groups) * K, T, w, g * N, N, false, 0,
+                             out.ptr<float>() + g * N, int64_t(groups) * N);
+    if (ok) return;
+    warn_once(c.warned_bf16, "cuBLASLt has no BF16 algorithm for this shape");
+  }
   gemm_simt(c, x.ptr<float>(), groups * K, T, make_wview(w), 0, out.ptr<float>(), groups * N, groups, K, N, N);
 }
 

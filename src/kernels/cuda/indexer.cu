@@ -4,8 +4,11 @@
 // 64-bit keys (order-preserving score bits << 32 | ~row), which are all distinct, so the
 // k-th largest key is found exactly in 8 passes of 8 bits, then the selected keys are
 // bitonic-sorted in shared memory.
+// Official numerics (IndexerArgs::fp4_blocks) score on BF16 tensor cores instead
+// (indexer_mma.cu), with the same bits; idx_score_kernel below is the path for arbitrary f32.
 #include <algorithm>
 
+#include "kernels/cuda/indexer_mma.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace dil::cuda {
@@ -205,9 +208,13 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m) {
   P.ratio = a.ratio;
   P.rpb = a.rows_per_block;
   P.max_blocks = m.max_blocks;
-  dim3 g1(unsigned(ceil_div(P.n_max, kScoreRows)), unsigned(T));
-  idx_score_kernel<<<g1, kScoreRows, 0, c.stream>>>(P);
-  DIL_LAUNCH_CHECK("idx_score_kernel");
+  if (indexer_mma_supported(a)) {
+    indexer_scores_mma(c, a, m, P.n_max, P.scores);  // official numerics: tensor cores, same bits
+  } else {
+    dim3 g1(unsigned(ceil_div(P.n_max, kScoreRows)), unsigned(T));
+    idx_score_kernel<<<g1, kScoreRows, 0, c.stream>>>(P);
+    DIL_LAUNCH_CHECK("idx_score_kernel");
+  }
   const bool cands = !a.cand_out.empty() || !a.cand_in.empty();
   if (cands) {
     DIL_CHECK(a.cand_block > 0 && a.cand_topk > 0 && a.cand_topk <= kMaxTopk,

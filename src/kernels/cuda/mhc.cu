@@ -20,12 +20,16 @@ __global__ void hc_mix_kernel(const float* X, const float* fn, const float* base
   for (int64_t i = threadIdx.x; i < nd; i += blockDim.x) ss += double(x[i]) * x[i];
   ss = block_sum_d(ss, red);
   const float rho = float(1.0 / sqrt(ss / double(nd) + double(norm_eps)));
-  for (int r = 0; r < m; ++r) {
+  // Warp w owns rows w, w + 8, ...: the m dot products run side by side instead of one
+  // block-wide reduction (two barriers) each, which left decode-sized steps (a few blocks)
+  // waiting on 2m barriers. Still double, rounded once.
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
+  for (int r = warp; r < m; r += n_warps) {
     const float* f = fn + r * nd;
     double acc = 0.0;
-    for (int64_t i = threadIdx.x; i < nd; i += blockDim.x) acc += double(f[i]) * x[i];
-    acc = block_sum_d(acc, red);
-    if (threadIdx.x == 0) mix[r] = float(acc) * rho;
+    for (int64_t i = lane; i < nd; i += 32) acc += double(f[i]) * x[i];
+    acc = warp_sum_d(acc);
+    if (lane == 0) mix[r] = float(acc) * rho;
   }
   __syncthreads();
   if (threadIdx.x != 0) return;

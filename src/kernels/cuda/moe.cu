@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/moe_mma.cuh"
 
 namespace dil::cuda {
 namespace {
@@ -165,7 +166,8 @@ __global__ void moe_swiglu_kernel(const float* g, const float* u, const float* r
   }
 }
 
-__global__ void moe_fp8_qdq_rows_kernel(float* x, const int32_t* offsets, int E, int64_t d, int block) {
+// In place; `xb` (nullable) also receives the result's BF16 bits (exact) for the tensor-core GEMM.
+__global__ void moe_fp8_qdq_rows_kernel(float* x, uint16_t* xb, const int32_t* offsets, int E, int64_t d, int block) {
   int nb = int((d + block - 1) / block);
   int64_t gw = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
@@ -177,7 +179,11 @@ __global__ void moe_fp8_qdq_rows_kernel(float* x, const int32_t* offsets, int E,
   for (int c = b0 + lane; c < b1; c += 32) amax = fmaxf(amax, fabsf(xr[c]));
   amax = fmaxf(warp_max(amax), 1e-4f);
   float s = d_pow2_ceil(amax * (1.0f / 448.0f));
-  for (int c = b0 + lane; c < b1; c += 32) xr[c] = d_round_e4m3(fminf(fmaxf(xr[c] / s, -448.f), 448.f)) * s;
+  for (int c = b0 + lane; c < b1; c += 32) {
+    const float q = d_round_e4m3(fminf(fmaxf(xr[c] / s, -448.f), 448.f)) * s;
+    xr[c] = q;
+    if (xb) xb[r * d + c] = uint16_t(__float_as_uint(q) >> 16);
+  }
 }
 
 __global__ void moe_combine_kernel(const float* y, const int32_t* pos_of, int64_t T, int k, int64_t D, float* out) {
@@ -249,9 +255,16 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   const WView* t3 = expert_table(c, a.w3);
   int64_t Tk = T * k;
   // Decode-sized batches (a few rows per expert): tiles of 4 rows on the few-rows kernel;
-  // larger ones: 64-row tiles on the tile kernel.
+  // larger ones: 64-row tiles on the SIMT tile kernel, or kMmaBM-row tiles on the tensor-core
+  // path (moe_mma.cu) when the weights are FP4 and the activations FP8-QDQ'd (both exact in
+  // BF16); DIL_CUDA_MOE=simt keeps the SIMT kernels (exact double accumulation).
   const bool few = Tk <= int64_t(8) * E;
-  const int bm = few ? kGemvRows : kBM;
+  // As linear(): activations are quantized only in front of FP8/FP4 weights.
+  const Weight::Kind kind = (*a.w1)[0].kind;
+  const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
+  const bool mma = !few && c.use_moe_mma && quant && D % kMmaBK == 0 && Idim % kMmaBK == 0 &&
+                   moe_mma_fits(*a.w1) && moe_mma_fits(*a.w2) && moe_mma_fits(*a.w3);
+  const int bm = few ? kGemvRows : mma ? kMmaBM : kBM;
   int max_tiles = int(ceil_div(Tk, bm) + E);
   // Index scratch: one allocation.
   size_t n_i32 = size_t(E) * 3 + 1 + size_t(Tk) * 3 + size_t(max_tiles) * 2 + 1;
@@ -278,21 +291,33 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
 
   const float* x = a.x.ptr<float>();
   Buffer xq;
-  // As linear(): activations are quantized only in front of FP8/FP4 weights.
-  const Weight::Kind kind = (*a.w1)[0].kind;
-  const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
   if (quant) {  // the tokens' FP8 QDQ, shared by every expert they visit
     xq = c.scratch(size_t(T * D) * 4);
     DIL_CUDA(cudaMemcpyAsync(xq.data(), x, size_t(T * D) * 4, cudaMemcpyDeviceToDevice, c.stream));
     fp8_qdq(c, static_cast<float*>(xq.data()), T, D, int(D), a.act_block);
     x = static_cast<float*>(xq.data());
   }
+  Buffer xbb, hbb;
+  uint16_t* xb = nullptr;  // [T, D] bf16 bits of the QDQ'd tokens
+  uint16_t* hb = nullptr;  // [Tk, Idim] bf16 bits of the QDQ'd h rows (sorted order)
+  if (mma) {
+    xbb = c.scratch(size_t(T * D) * 2);
+    hbb = c.scratch(size_t(Tk * Idim) * 2);
+    xb = static_cast<uint16_t*>(xbb.data());
+    hb = static_cast<uint16_t*>(hbb.data());
+    bf16_bits(c, x, xb, T * D);
+  }
+  const MoeTileMap map{I.offsets, I.tile_e, I.tile_r0, I.n_tiles};
   // Sorted rows are bounded by Tk; buffers sized for that.
   Buffer gb = c.scratch(size_t(Tk * Idim) * 4), ub = c.scratch(size_t(Tk * Idim) * 4);
   float* g = static_cast<float*>(gb.data());
   float* u = static_cast<float*>(ub.data());
-  auto grouped_gemm = [&](const float* xin, int64_t ldx, const int32_t* gather, const WView* tab, float* o,
-                          int64_t N, int64_t K, const char* what) {
+  auto grouped_gemm = [&](const float* xin, const uint16_t* xin_bf16, int64_t ldx, const int32_t* gather,
+                          const WView* tab, float* o, int64_t N, int64_t K, const char* what) {
+    if (mma) {
+      moe_mma_fp4(c, xin_bf16, ldx, gather, tab, map, max_tiles, o, N, N, K);
+      return;
+    }
     if (few) {
       dim3 grid(unsigned(ceil_div(N, kGemvThreads)), unsigned(max_tiles));
       moe_gemv_kernel<<<grid, kGemvThreads, 0, c.stream>>>(xin, ldx, gather, tab, I, o, N, N, K);
@@ -302,19 +327,20 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
     }
     DIL_LAUNCH_CHECK(what);
   };
-  grouped_gemm(x, D, I.sorted_tok, t1, g, Idim, D, "moe grouped gemm (w1)");
-  grouped_gemm(x, D, I.sorted_tok, t3, u, Idim, D, "moe grouped gemm (w3)");
+  grouped_gemm(x, xb, D, I.sorted_tok, t1, g, Idim, D, "moe grouped gemm (w1)");
+  grouped_gemm(x, xb, D, I.sorted_tok, t3, u, Idim, D, "moe grouped gemm (w3)");
   moe_swiglu_kernel<<<stride_grid(Tk * Idim), 256, 0, c.stream>>>(g, u, a.route_w.ptr<float>(), I.sorted_pair,
                                                                    I.offsets, E, a.swiglu_limit, g, Idim);
   DIL_LAUNCH_CHECK("moe_swiglu_kernel");
   if (quant) {
     int64_t warps = Tk * ceil_div(Idim, a.act_block);
-    moe_fp8_qdq_rows_kernel<<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(g, I.offsets, E, Idim, a.act_block);
+    moe_fp8_qdq_rows_kernel<<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(g, hb, I.offsets, E, Idim,
+                                                                                       a.act_block);
     DIL_LAUNCH_CHECK("moe_fp8_qdq_rows_kernel");
   }
   Buffer yb = c.scratch(size_t(Tk * D) * 4);
   float* y = static_cast<float*>(yb.data());
-  grouped_gemm(g, Idim, nullptr, t2, y, D, Idim, "moe grouped gemm (w2)");
+  grouped_gemm(g, hb, Idim, nullptr, t2, y, D, Idim, "moe grouped gemm (w2)");
   moe_combine_kernel<<<stride_grid(T * D), 256, 0, c.stream>>>(y, I.pos_of, T, k, D, a.out.ptr<float>());
   DIL_LAUNCH_CHECK("moe_combine_kernel");
 }

@@ -33,6 +33,8 @@ struct Ctx {
   std::shared_ptr<Arena> arena;
   Buffer lt_workspace;         // cuBLASLt workspace
   bool use_cublaslt = true;    // false: every GEMM on our own SIMT kernel (DIL_CUDA_GEMM=simt)
+  bool use_moe_mma = true;     // false: routed experts on the SIMT kernels only (DIL_CUDA_MOE=simt or
+                               // DIL_CUDA_GEMM=simt)
   bool warned_fp8 = false, warned_bf16 = false;
   // Scale layouts handed to cuBLASLt's block-scaled FP8 GEMM (DIL_LT_FP8_LAYOUT="ab", default
   // "00"): a = 0: weight scales [N/128][ceil4(K/128)] (K blocks fastest), 1: [K/128][ceil4(N/128)];

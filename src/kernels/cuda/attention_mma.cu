@@ -1,0 +1,239 @@
+// Sparse attention with a sink on tensor cores (official numerics, AttnArgs::split_bf16).
+//
+// One CTA per (token, 16 heads), 4 warps. The token's candidate rows (window rows, then
+// compressed rows; MQA: one row serves as key and value for every head) are staged 32 at a
+// time in shared memory. S = q.k^T: warp w scores rows 8w..8w+7 of the chunk for the 16 heads;
+// the scores meet in shared memory; every warp then updates the same online-softmax state
+// (running max and sum per head, identical in all warps) and accumulates O += P.V for its
+// quarter of the 512 output dims (ldmatrix.trans gives the value fragments from the row-major
+// rows). The sink enters the denominator at the end, as in the exact path.
+//
+// Precision: BF16 MMAs with every f32 operand x split as hi = bf16(x), lo = bf16(x - hi)
+// (|x - hi - lo| <= 2^-17 |x|) and x.y = hi.hi + hi.lo + lo.hi (the dropped lo.lo term is
+// <= 2^-16 |x||y|), f32 accumulation, f32 exp. Bounds: tests/cuda/test_attention.cpp.
+#include "kernels/cuda/attention_mma.cuh"
+
+namespace dil::cuda {
+namespace {
+
+constexpr int kD = 512, kHeads = 16, kRows = 32, kWarps = 4;
+constexpr int kStride = kD + 8;  // bf16 per staged row: 1040 B, conflict-free fragment loads
+constexpr int kSStride = kRows + 1;
+constexpr int kDimsPerWarp = kD / kWarps;  // 128 output dims per warp
+constexpr int kNt = kDimsPerWarp / 8;      // 16 n-tiles per warp
+
+__device__ __forceinline__ uint16_t bf16_rn(float f) { return uint16_t(__float_as_uint(d_round_bf16(f)) >> 16); }
+__device__ __forceinline__ float bf16_f(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+// x -> (hi, lo) BF16 halves.
+__device__ __forceinline__ void split(float x, uint16_t& hi, uint16_t& lo) {
+  hi = bf16_rn(x);
+  lo = bf16_rn(x - bf16_f(hi));
+}
+__device__ __forceinline__ uint32_t pack(uint16_t lo_k, uint16_t hi_k) { return uint32_t(lo_k) | (uint32_t(hi_k) << 16); }
+
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The (k = row, n = dim) B fragment of a 16x8 tile of row-major [row][dim] BF16 rows.
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& b0, uint32_t& b1, const uint16_t* p) {
+  const unsigned addr = unsigned(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
+}
+
+__device__ __forceinline__ void stage4(uint16_t* hi, uint16_t* lo, float4 v) {
+  uint16_t h[4], l[4];
+  split(v.x, h[0], l[0]);
+  split(v.y, h[1], l[1]);
+  split(v.z, h[2], l[2]);
+  split(v.w, h[3], l[3]);
+  *reinterpret_cast<uint2*>(hi) = make_uint2(pack(h[0], h[1]), pack(h[2], h[3]));
+  *reinterpret_cast<uint2*>(lo) = make_uint2(pack(l[0], l[1]), pack(l[2], l[3]));
+}
+
+__global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams P) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* qh = reinterpret_cast<uint16_t*>(smem);  // [16][kStride] bf16
+  uint16_t* ql = qh + kHeads * kStride;
+  uint16_t* kh = ql + kHeads * kStride;               // [32][kStride] bf16
+  uint16_t* kl = kh + kRows * kStride;
+  float* S = reinterpret_cast<float*>(kl + kRows * kStride);           // [16][kSStride]
+  const float** ptrs = reinterpret_cast<const float**>(S + kHeads * kSStride);  // [32]
+
+  const int t = blockIdx.x, h0 = blockIdx.y * kHeads;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+  const int s = P.tok_seq[t], p = P.tok_pos[t];
+  const int n_win = min(p + 1, P.W);
+  const int n_comp = P.ratio > 0 ? (P.comp_idx ? P.K : (p + 1) / P.ratio) : 0;
+  const int n_cand = n_win + n_comp;
+
+  for (int i = tid; i < kHeads * (kD / 4); i += blockDim.x) {
+    const int hh = i / (kD / 4), c4 = i % (kD / 4);
+    const float4 v = reinterpret_cast<const float4*>(P.q + (int64_t(t) * P.H + h0 + hh) * kD)[c4];
+    stage4(qh + hh * kStride + 4 * c4, ql + hh * kStride + 4 * c4, v);
+  }
+
+  float o[kNt][4];  // O[heads g | g+8][dims warp*128 + 8j + 2tg, +1]
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float mA = -INFINITY, mB = -INFINITY, lA = 0.f, lB = 0.f;  // heads g and g+8
+  const float scale = P.scale;
+
+  for (int c0 = 0; c0 < n_cand; c0 += kRows) {
+    __syncthreads();  // the previous chunk's rows, scores and pointers are no longer read
+    if (tid < kRows) ptrs[tid] = c0 + tid < n_cand ? attn_row(P, t, s, p, n_win, c0 + tid) : nullptr;
+    __syncthreads();
+    for (int i = tid; i < kRows * (kD / 4); i += blockDim.x) {
+      const int r = i / (kD / 4), c4 = i % (kD / 4);
+      const float4* src = reinterpret_cast<const float4*>(ptrs[r]);
+      stage4(kh + r * kStride + 4 * c4, kl + r * kStride + 4 * c4, src ? src[c4] : make_float4(0.f, 0.f, 0.f, 0.f));
+    }
+    __syncthreads();
+
+    // Scores of rows 8*warp .. +7 for the 16 heads.
+    {
+      float sacc[4] = {0.f, 0.f, 0.f, 0.f};
+      const uint32_t* qa_h0 = reinterpret_cast<const uint32_t*>(qh + g * kStride);
+      const uint32_t* qa_h1 = reinterpret_cast<const uint32_t*>(qh + (g + 8) * kStride);
+      const uint32_t* qa_l0 = reinterpret_cast<const uint32_t*>(ql + g * kStride);
+      const uint32_t* qa_l1 = reinterpret_cast<const uint32_t*>(ql + (g + 8) * kStride);
+      const uint32_t* kb_h = reinterpret_cast<const uint32_t*>(kh + (warp * 8 + g) * kStride);
+      const uint32_t* kb_l = reinterpret_cast<const uint32_t*>(kl + (warp * 8 + g) * kStride);
+#pragma unroll 4
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        const int c = ks * 8 + tg;
+        const uint32_t ah[4] = {qa_h0[c], qa_h1[c], qa_h0[c + 4], qa_h1[c + 4]};
+        const uint32_t al[4] = {qa_l0[c], qa_l1[c], qa_l0[c + 4], qa_l1[c + 4]};
+        const uint32_t bh0 = kb_h[c], bh1 = kb_h[c + 4], bl0 = kb_l[c], bl1 = kb_l[c + 4];
+        mma(sacc, ah, bh0, bh1);
+        mma(sacc, ah, bl0, bl1);
+        mma(sacc, al, bh0, bh1);
+      }
+      const int r0 = warp * 8 + 2 * tg;
+      const bool v0 = ptrs[r0] != nullptr, v1 = ptrs[r0 + 1] != nullptr;
+      S[g * kSStride + r0] = v0 ? sacc[0] * scale : -INFINITY;
+      S[g * kSStride + r0 + 1] = v1 ? sacc[1] * scale : -INFINITY;
+      S[(g + 8) * kSStride + r0] = v0 ? sacc[2] * scale : -INFINITY;
+      S[(g + 8) * kSStride + r0 + 1] = v1 ? sacc[3] * scale : -INFINITY;
+    }
+    __syncthreads();
+
+    // Online softmax. This thread's rows of the P fragments: for k-step ks2, rows
+    // 16*ks2 + {2tg, 2tg+1, 8+2tg, 9+2tg}; a quad (tg = 0..3) covers all 32.
+    float pA[8], pB[8];
+#pragma unroll
+    for (int ks2 = 0; ks2 < 2; ++ks2) {
+      const int rb = 16 * ks2 + 2 * tg;
+      pA[4 * ks2 + 0] = S[g * kSStride + rb];
+      pA[4 * ks2 + 1] = S[g * kSStride + rb + 1];
+      pA[4 * ks2 + 2] = S[g * kSStride + rb + 8];
+      pA[4 * ks2 + 3] = S[g * kSStride + rb + 9];
+      pB[4 * ks2 + 0] = S[(g + 8) * kSStride + rb];
+      pB[4 * ks2 + 1] = S[(g + 8) * kSStride + rb + 1];
+      pB[4 * ks2 + 2] = S[(g + 8) * kSStride + rb + 8];
+      pB[4 * ks2 + 3] = S[(g + 8) * kSStride + rb + 9];
+    }
+    float cA = -INFINITY, cB = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      cA = fmaxf(cA, pA[i]);
+      cB = fmaxf(cB, pB[i]);
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      cA = fmaxf(cA, __shfl_xor_sync(0xffffffffu, cA, off));
+      cB = fmaxf(cB, __shfl_xor_sync(0xffffffffu, cB, off));
+    }
+    const float nA = fmaxf(mA, cA), nB = fmaxf(mB, cB);
+    // nX = -inf: nothing visible yet for this head (then every p is 0 and nothing rescales).
+    const float corrA = nA == -INFINITY ? 1.f : expf(mA - nA), corrB = nB == -INFINITY ? 1.f : expf(mB - nB);
+    float sA = 0.f, sB = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      pA[i] = pA[i] == -INFINITY ? 0.f : expf(pA[i] - nA);
+      pB[i] = pB[i] == -INFINITY ? 0.f : expf(pB[i] - nB);
+      sA += pA[i];
+      sB += pB[i];
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      sA += __shfl_xor_sync(0xffffffffu, sA, off);
+      sB += __shfl_xor_sync(0xffffffffu, sB, off);
+    }
+    lA = lA * corrA + sA;
+    lB = lB * corrB + sB;
+    mA = nA;
+    mB = nB;
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) {
+      o[j][0] *= corrA;
+      o[j][1] *= corrA;
+      o[j][2] *= corrB;
+      o[j][3] *= corrB;
+    }
+
+    // O += P.V over this warp's 128 dims.
+#pragma unroll
+    for (int ks2 = 0; ks2 < 2; ++ks2) {
+      uint16_t h[8], l[8];
+      split(pA[4 * ks2 + 0], h[0], l[0]);
+      split(pA[4 * ks2 + 1], h[1], l[1]);
+      split(pB[4 * ks2 + 0], h[2], l[2]);
+      split(pB[4 * ks2 + 1], h[3], l[3]);
+      split(pA[4 * ks2 + 2], h[4], l[4]);
+      split(pA[4 * ks2 + 3], h[5], l[5]);
+      split(pB[4 * ks2 + 2], h[6], l[6]);
+      split(pB[4 * ks2 + 3], h[7], l[7]);
+      const uint32_t ah[4] = {pack(h[0], h[1]), pack(h[2], h[3]), pack(h[4], h[5]), pack(h[6], h[7])};
+      const uint32_t al[4] = {pack(l[0], l[1]), pack(l[2], l[3]), pack(l[4], l[5]), pack(l[6], l[7])};
+      const int row = 16 * ks2 + (lane & 15);
+#pragma unroll
+      for (int j = 0; j < kNt; ++j) {
+        const int col = warp * kDimsPerWarp + 8 * j;
+        uint32_t bh0, bh1, bl0, bl1;
+        ldmatrix_x2_trans(bh0, bh1, kh + row * kStride + col);
+        ldmatrix_x2_trans(bl0, bl1, kl + row * kStride + col);
+        mma(o[j], ah, bh0, bh1);
+        mma(o[j], ah, bl0, bl1);
+        mma(o[j], al, bh0, bh1);
+      }
+    }
+  }
+
+  // The sink joins the denominator: out = O e^(m-mf) / (l e^(m-mf) + e^(sink-mf)).
+  const int hA = h0 + g, hB = hA + 8;
+  const float sinkA = P.sink[hA], sinkB = P.sink[hB];
+  const float mfA = fmaxf(mA, sinkA), mfB = fmaxf(mB, sinkB);
+  const float aA = lA > 0.f ? expf(mA - mfA) : 0.f, aB = lB > 0.f ? expf(mB - mfB) : 0.f;
+  const float fA = aA / (lA * aA + expf(sinkA - mfA)), fB = aB / (lB * aB + expf(sinkB - mfB));
+  float* outA = P.out + (int64_t(t) * P.H + hA) * kD + warp * kDimsPerWarp + 2 * tg;
+  float* outB = P.out + (int64_t(t) * P.H + hB) * kD + warp * kDimsPerWarp + 2 * tg;
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) {
+    *reinterpret_cast<float2*>(outA + 8 * j) = make_float2(o[j][0] * fA, o[j][1] * fA);
+    *reinterpret_cast<float2*>(outB + 8 * j) = make_float2(o[j][2] * fB, o[j][3] * fB);
+  }
+}
+
+constexpr size_t kSmem = size_t(2 * kHeads + 2 * kRows) * kStride * 2 + size_t(kHeads) * kSStride * 4 +
+                         size_t(kRows) * sizeof(void*);
+
+}  // namespace
+
+bool attention_mma_supported(const AttnArgs& a) {
+  return a.split_bf16 && a.q.size(2) == kD && a.q.size(1) % kHeads == 0;
+}
+
+void sparse_attention_mma(Ctx& c, const AttnParams& P, int T) {
+  DIL_CHECK(P.d == kD && P.H % kHeads == 0, "sparse_attention_mma: H ", P.H, " d ", P.d);
+  DIL_CUDA(cudaFuncSetAttribute(attn_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  dim3 grid(unsigned(T), unsigned(P.H / kHeads));
+  attn_mma_kernel<<<grid, kWarps * 32, kSmem, c.stream>>>(P);
+  DIL_LAUNCH_CHECK("attn_mma_kernel");
+}
+
+}  // namespace dil::cuda

@@ -1,0 +1,14 @@
+// The tensor-core scoring path of the lightning indexer (indexer_mma.cu), used by
+// indexer_topk (indexer.cu) when the inputs allow it.
+#pragma once
+#include "kernels/cuda/ops.cuh"
+
+namespace dil::cuda {
+
+// True when a.fp4_blocks is set and the shape has a kernel (head dim 128, 16/32/64 heads).
+bool indexer_mma_supported(const IndexerArgs& a);
+// scores [T, n_max] f32: token t's visible rows [0, (pos+1)/ratio), the reference's values bit
+// for bit (the rest of each row is not written).
+void indexer_scores_mma(Ctx& c, const IndexerArgs& a, const StepMeta& m, int n_max, float* scores);
+
+}  // namespace dil::cuda

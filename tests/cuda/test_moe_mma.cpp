@@ -1,0 +1,366 @@
+// Parity of the routed experts' tensor-core path (moe_mma.cu: FP4 weights, FP8-QDQ'd
+// activations, BF16 mma.sync with f32 accumulation) with the CPU reference (double
+// accumulation), element by element under a bound derived before measuring, at the V4 and
+// V4.1 expert shapes and at tile edge cases. The GPU runs every token (so the tile map is the
+// one of a real batch); the CPU reference and the bound are evaluated for a subset of the
+// tokens, which is exact because each token's output depends only on its own (token, slot)
+// rows (CpuBackend::moe_experts).
+//
+// The bound (per output element; kUmma below):
+// 1. Products. QDQ'd activations are e4m3 x 2^j (4 significant bits) and FP4 weights e2m1 x 2^j
+//    (2 bits), both exact in BF16 (8 bits); a BF16 x BF16 product (<= 16 bits) is exact in f32.
+//    So the tensor-core sums differ from the reference's (double, rounded once) only by the
+//    f32 accumulation.
+// 2. Accumulation. One mma.sync m16n8k16 adds 16 exact products to the f32 accumulator c;
+//    Hopper's tensor cores align the addends to the largest exponent and truncate. We model one
+//    instruction's error as at most kUmma = 2^-20 (8 units of f32 rounding) times |c| plus the
+//    16 |products|: a margin over the one-ulp truncation and alignment losses measured on these
+//    units (Fasi et al. 2021, Khattak & Mikaitis 2025). The kernel walks k ascending, 16 at a
+//    time, so over K/16 instructions
+//      |g_gpu - g| <= 1.01 kUmma sum_j (|P_(j-1)| + sum_(k in block j) |x_k w_k|) + 2^-24 |g|
+//    with P_j the exact partial sum after block j (1.01 covers the accumulator's own drift from
+//    P, K/16 kUmma < 1e-3) and 2^-24 |g| the reference's own rounding of its double sum.
+// 3. SwiGLU h = silu(min(g, L)) * clamp(u, -L, L) * w: |silu'| <= 1.1, min and clamp are
+//    1-Lipschitz (and exact where g - dg >= L, or |u| - du >= L: saturated on both sides), so
+//      |dh| <= |w| (1.1 dg (|u| + du) + (|silu(g)| + 1.1 dg) du) + 2^-20 |h|
+//    (the last term: the f32 roundings of the products and a last-bit difference of the double
+//    exp in SiLU, on each side).
+// 4. FP8 QDQ of h in blocks of act_block. The block scale 2^ceil(log2(amax/448)) differs when
+//    amax is within its bound of a power-of-two boundary, and an element's e4m3 rounding flips
+//    when h is within dh of a rounding midpoint. For a fixed scale QDQ is monotone in h, so the
+//    GPU's value lies in [Q(h - dh, s), Q(h + dh, s)] for s either of the possible scales: dq_j =
+//    the largest distance of those ends from the reference's q_j (0 far from any boundary).
+// 5. y = W2 . q over K = I, with the flips and the accumulation as in 2 on |q| + dq:
+//      |y_gpu - y| <= sum_j |W2_nj| dq_j + 1.01 kUmma sum_j (|P_(j-1)| + D_(j-1)
+//                     + sum_(block j) |W2| (|q| + dq)) + 2^-24 |y|
+//    D the running sum of |W2| dq; then 2^-24 |y| more for the rounding of y to f32 (both sides).
+// 6. out = the sum of the k slots' y in double, rounded once on both sides: the sum of the slot
+//    bounds + 2^-23 |out|.
+// The replay that evaluates the bound recomputes the reference step by step with the CPU's
+// formulas; the test also checks that replay against the CPU backend (bit-identical).
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+
+#include "core/dtype.h"
+#include "parity.h"
+
+namespace dil::test {
+namespace {
+
+constexpr double kUmma = 0x1p-20;  // per-instruction error model of the tensor-core accumulation
+
+// A checkpoint weight dequantized on the host: [out, in] f32 (exact values).
+struct Dense {
+  int64_t out = 0, in = 0;
+  std::vector<float> v;
+};
+Dense dense_fp4(const Weight& w) {
+  Dense d{w.out, w.in, std::vector<float>(size_t(w.out * w.in))};
+  const uint8_t* q = w.w.ptr<uint8_t>();
+  const uint8_t* s = w.scale.ptr<uint8_t>();
+  for (int64_t n = 0; n < w.out; ++n)
+    for (int64_t k = 0; k < w.in; ++k) {
+      const uint8_t b = q[n * (w.in / 2) + k / 2];
+      d.v[size_t(n * w.in + k)] =
+          e2m1_to_f32(uint8_t((k & 1) ? b >> 4 : b & 15)) * e8m0_to_f32(s[n * (w.in / 32) + k / 32]);
+    }
+  return d;
+}
+
+// The reference's FP8 QDQ of one value with block scale s (cpu_common.h: act_quant_qdq).
+float qdq(float v, float s) { return round_e4m3(std::clamp(v / s, -448.0f, 448.0f)) * s; }
+float block_scale(float amax) { return pow2_ceil(std::max(amax, 1e-4f) * (1.0f / 448.0f)); }
+
+// Reference dot product (double, k ascending, as cpu::linear_rows) and the accumulation bound
+// of step 2 / 5: x exact values, dx their possible deviation on the GPU (null: none).
+struct Dot {
+  double sum = 0, bound = 0;
+};
+Dot dot(const float* x, const double* dx, const float* w, int64_t K) {
+  Dot r;
+  double P = 0, D = 0, steps = 0;
+  for (int64_t k0 = 0; k0 < K; k0 += 16) {
+    double blk = 0;
+    const double Pprev = std::fabs(P), Dprev = D;
+    for (int64_t k = k0; k < std::min(K, k0 + 16); ++k) {
+      P += double(x[k]) * w[k];
+      const double ex = dx ? dx[k] : 0.0;
+      blk += (std::fabs(double(x[k])) + ex) * std::fabs(double(w[k]));
+      D += ex * std::fabs(double(w[k]));
+    }
+    steps += Pprev + Dprev + blk;
+  }
+  r.sum = P;
+  r.bound = D + 1.01 * kUmma * steps;
+  return r;
+}
+
+struct Routing {
+  int64_t T;
+  int k;
+  std::vector<int32_t> idx;  // [T, k]
+};
+
+struct MmaCase {
+  std::string what;
+  int64_t D, I, E;
+  int act, sets;
+  Routing r;
+  std::vector<int64_t> check;  // tokens compared with the CPU
+  bool odd_scales = false;     // some w1 / w2 rows get E8M0 scales 0 (2^-127) and 129..140
+};
+
+class CudaMoeMma : public CudaParity {
+ protected:
+  void run(const MmaCase& c, uint32_t seed) {
+    const int64_t T = c.r.T, D = c.D, I = c.I;
+    const int k = c.r.k;
+    std::vector<HostWeight> s1, s2, s3;
+    std::vector<Dense> q1, q2, q3;
+    std::vector<Weight> d1, d2, d3;
+    for (int i = 0; i < c.sets; ++i) {
+      s1.push_back(make_weight(Weight::Kind::FP4, I, D, 32, seed + 3 * i));
+      s2.push_back(make_weight(Weight::Kind::FP4, D, I, 32, seed + 3 * i + 1));
+      s3.push_back(make_weight(Weight::Kind::FP4, I, D, 32, seed + 3 * i + 2));
+    }
+    for (int i = 0; c.odd_scales && i < c.sets; ++i) {  // the kernel's other dequantization branch
+      for (size_t j = 0; j < s1[size_t(i)].scale.size(); ++j)
+        if (j % 5 == 0) s1[size_t(i)].scale[j] = uint8_t(j % 2 ? 0 : 129 + j % 12);
+      for (size_t j = 0; j < s2[size_t(i)].scale.size(); ++j)
+        if (j % 7 == 0) s2[size_t(i)].scale[j] = uint8_t(j % 2 ? 0 : 129 + j % 4);
+    }
+    for (int i = 0; i < c.sets; ++i) {
+      q1.push_back(dense_fp4(s1[i].wt));
+      q2.push_back(dense_fp4(s2[i].wt));
+      q3.push_back(dense_fp4(s3[i].wt));
+      d1.push_back(dev_weight(s1[i]));
+      d2.push_back(dev_weight(s2[i]));
+      d3.push_back(dev_weight(s3[i]));
+    }
+    std::vector<Weight> h1, h2, h3, g1, g2, g3;
+    for (int64_t e = 0; e < c.E; ++e) {
+      h1.push_back(s1[e % c.sets].wt);
+      h2.push_back(s2[e % c.sets].wt);
+      h3.push_back(s3[e % c.sets].wt);
+      g1.push_back(d1[e % c.sets]);
+      g2.push_back(d2[e % c.sets]);
+      g3.push_back(d3[e % c.sets]);
+    }
+    auto x = rnd(size_t(T * D), seed + 100, 2.0f);
+    auto rw = rnd(size_t(T * k), seed + 101, 1.0f);
+    const float lim = 10.0f;
+    std::vector<int32_t> ridx = c.r.idx;
+
+    // GPU: every token.
+    MoeExpertsArgs ga;
+    ga.x = devf(x, {T, D});
+    ga.w1 = &g1;
+    ga.w2 = &g2;
+    ga.w3 = &g3;
+    ga.route_w = devf(rw, {T, k});
+    ga.route_idx = devi(ridx, {T, int64_t(k)});
+    ga.act_block = c.act;
+    ga.swiglu_limit = lim;
+    ga.out = poisoned(DType::F32, {T, D});
+    gpu->moe_experts(ga);
+    const auto got_all = down<float>(ga.out);
+
+    // CPU reference for the checked tokens.
+    const int64_t C = int64_t(c.check.size());
+    std::vector<float> xc(size_t(C * D)), rwc(size_t(C * k)), ref(size_t(C * D)), got(size_t(C * D));
+    std::vector<int32_t> ic(size_t(C * k));
+    for (int64_t j = 0; j < C; ++j) {
+      const int64_t t = c.check[j];
+      std::copy_n(x.begin() + t * D, D, xc.begin() + j * D);
+      std::copy_n(rw.begin() + t * k, k, rwc.begin() + j * k);
+      std::copy_n(ridx.begin() + t * k, k, ic.begin() + j * k);
+      std::copy_n(got_all.begin() + t * D, D, got.begin() + j * D);
+    }
+    MoeExpertsArgs ha;
+    ha.x = host_view(xc, {C, D});
+    ha.w1 = &h1;
+    ha.w2 = &h2;
+    ha.w3 = &h3;
+    ha.route_w = host_view(rwc, {C, int64_t(k)});
+    ha.route_idx = host_view(ic, {C, int64_t(k)});
+    ha.act_block = c.act;
+    ha.swiglu_limit = lim;
+    ha.out = host_view(ref, {C, D});
+    cpu->moe_experts(ha);
+
+    // Replay of the reference with the bound of every output element (steps 1-6).
+    std::vector<double> bound(size_t(C * D)), replay(size_t(C * D));
+    std::vector<float> xq(static_cast<size_t>(D)), h(static_cast<size_t>(I)), q(static_cast<size_t>(I));
+    std::vector<double> dh(static_cast<size_t>(I)), dq(static_cast<size_t>(I));
+    std::vector<double> ysum(static_cast<size_t>(D)), ybound(static_cast<size_t>(D)), yabs(static_cast<size_t>(D));
+    for (int64_t j = 0; j < C; ++j) {
+      const float* xr = xc.data() + j * D;
+      for (int64_t b0 = 0; b0 < D; b0 += c.act) {
+        const int64_t b1 = std::min(D, b0 + c.act);
+        float amax = 0;
+        for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(xr[i]));
+        const float s = block_scale(amax);
+        for (int64_t i = b0; i < b1; ++i) xq[size_t(i)] = qdq(xr[i], s);
+      }
+      std::fill(ysum.begin(), ysum.end(), 0.0);
+      std::fill(ybound.begin(), ybound.end(), 0.0);
+      std::fill(yabs.begin(), yabs.end(), 0.0);
+      for (int slot = 0; slot < k; ++slot) {
+        const int32_t e = ic[size_t(j * k + slot)];
+        if (e < 0 || e >= c.E) continue;
+        const Dense &w1 = q1[size_t(e % c.sets)], &w2 = q2[size_t(e % c.sets)], &w3 = q3[size_t(e % c.sets)];
+        const float rwv = rwc[size_t(j * k + slot)];
+        for (int64_t n = 0; n < I; ++n) {
+          const Dot dg = dot(xq.data(), nullptr, w1.v.data() + n * D, D);
+          const Dot du = dot(xq.data(), nullptr, w3.v.data() + n * D, D);
+          const float gv = float(dg.sum), uv = float(du.sum);
+          double eg = dg.bound + 0x1p-24 * std::fabs(dg.sum), eu = du.bound + 0x1p-24 * std::fabs(du.sum);
+          // Saturated on both sides: min(g, L) = L and clamp(u) = +-L exactly, whatever the error.
+          if (double(gv) - eg >= lim) eg = 0;
+          if (std::fabs(double(uv)) - eu >= lim) eu = 0;
+          // swiglu_one * w, f32 steps as the reference.
+          const float gc = std::min(gv, lim), uc = std::clamp(uv, -lim, lim);
+          const float sg = float(double(gc) / (1.0 + std::exp(-double(gc))));
+          h[size_t(n)] = sg * uc * rwv;
+          dh[size_t(n)] = std::fabs(double(rwv)) * (1.1 * eg * (std::fabs(double(uc)) + eu) +
+                                                   (std::fabs(double(sg)) + 1.1 * eg) * eu) +
+                          0x1p-20 * std::fabs(double(h[size_t(n)]));
+        }
+        for (int64_t b0 = 0; b0 < I; b0 += c.act) {
+          const int64_t b1 = std::min(I, b0 + c.act);
+          float amax = 0;
+          double amax_hi = 0, amax_lo = 0;
+          for (int64_t i = b0; i < b1; ++i) {
+            amax = std::max(amax, std::fabs(h[size_t(i)]));
+            amax_hi = std::max(amax_hi, std::fabs(double(h[size_t(i)])) + dh[size_t(i)]);
+            amax_lo = std::max(amax_lo, std::fabs(double(h[size_t(i)])) - dh[size_t(i)]);
+          }
+          const float s = block_scale(amax);
+          // Possible GPU scales: pow2_ceil is monotone, so every power of two between those of
+          // the amax interval's ends (f32 ends rounded outwards).
+          std::vector<float> scales;
+          const float s_hi = block_scale(std::nextafter(float(amax_hi), INFINITY));
+          for (float sc = block_scale(std::max(0.0f, std::nextafter(float(std::max(0.0, amax_lo)), 0.0f)));
+               sc <= s_hi; sc *= 2.0f)
+            scales.push_back(sc);
+          for (int64_t i = b0; i < b1; ++i) {
+            const float hv = h[size_t(i)];
+            q[size_t(i)] = qdq(hv, s);
+            // The h interval with its f32 ends rounded outwards.
+            const float lo = std::nextafter(float(double(hv) - dh[size_t(i)]), -INFINITY);
+            const float hi = std::nextafter(float(double(hv) + dh[size_t(i)]), INFINITY);
+            double d = 0;
+            for (float sc : scales)
+              for (float v : {lo, hi}) d = std::max(d, std::fabs(double(qdq(v, sc)) - double(q[size_t(i)])));
+            dq[size_t(i)] = d;
+          }
+        }
+        for (int64_t n = 0; n < D; ++n) {
+          const Dot dy = dot(q.data(), dq.data(), w2.v.data() + n * I, I);
+          const float yv = float(dy.sum);
+          ysum[size_t(n)] += yv;
+          ybound[size_t(n)] += dy.bound + 0x1p-23 * std::fabs(dy.sum);
+          yabs[size_t(n)] += std::fabs(double(yv));
+        }
+      }
+      for (int64_t n = 0; n < D; ++n) {
+        replay[size_t(j * D + n)] = float(ysum[size_t(n)]);
+        bound[size_t(j * D + n)] = ybound[size_t(n)] + 0x1p-23 * (yabs[size_t(n)] + ybound[size_t(n)]);
+      }
+    }
+
+    // The replay is the reference itself (same formulas, same order).
+    size_t replay_diff = 0;
+    for (size_t i = 0; i < ref.size(); ++i) replay_diff += float(replay[i]) != ref[i];
+    EXPECT_EQ(replay_diff, 0u) << c.what << ": the bound's replay differs from the CPU backend";
+
+    size_t bad = 0, differ = 0;
+    double max_abs = 0, worst = 0, num = 0, den = 0, bsum = 0, rabs = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double d = std::fabs(double(got[i]) - double(ref[i]));
+      differ += got[i] != ref[i];
+      if (!std::isfinite(got[i]) || !(d <= bound[i])) ++bad;
+      if (std::isfinite(got[i])) {
+        max_abs = std::max(max_abs, d);
+        worst = std::max(worst, d / bound[i]);
+        num += d * d;
+      }
+      den += double(ref[i]) * ref[i];
+      bsum += bound[i];
+      rabs += std::fabs(double(ref[i]));
+    }
+    const double rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    std::printf("PARITY | %-22s | %-34s | max_abs %.3e | rel_l2 %.3e | err/bound max %.3f, mean bound/|ref| %.1e | %s\n",
+                "moe_experts mma fp4", c.what.c_str(), max_abs, rel_l2, worst, bsum / std::max(rabs, 1e-30),
+                bad == 0 ? "ok" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_EQ(bad, 0u) << c.what << ": " << bad << " elements over the derived bound (or non-finite)";
+    // The SIMT kernels are bit-identical to the reference (double sums); f32 accumulation over
+    // K >= 224 terms is not, so equal outputs everywhere would mean the tensor-core path did not run.
+    EXPECT_GT(differ, 0u) << c.what << ": output bit-identical to the CPU: the tensor-core path did not run";
+  }
+};
+
+// Token t's k experts: distinct, uniformly random; with `hot` > 0 slot 0 is expert t % hot
+// (a few experts then hold several full 64-row tiles).
+Routing random_routing(int64_t T, int k, int64_t E, int hot, uint32_t seed) {
+  Routing r{T, k, std::vector<int32_t>(size_t(T * k))};
+  std::mt19937 rng(seed);
+  std::vector<int32_t> all(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    std::iota(all.begin(), all.end(), 0);
+    if (hot > 0) std::swap(all[0], all[size_t(t % hot)]);
+    std::shuffle(all.begin() + (hot > 0 ? 1 : 0), all.end(), rng);
+    std::copy_n(all.begin(), k, r.idx.begin() + t * k);
+  }
+  return r;
+}
+
+// `n` tokens spread over [0, T), first and last included.
+std::vector<int64_t> spread(int64_t T, int64_t n) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(n > 1 ? i * (T - 1) / (n - 1) : 0);
+  return v;
+}
+
+TEST_F(CudaMoeMma, V4Shape) {
+  // T=512, k=6 > 8 rows per expert on average: the tile path.
+  const int64_t T = 512, E = 256;
+  run({"v4 D4096 I2048 E256 k6 act128 T=512", 4096, 2048, E, 128, 2, random_routing(T, 6, E, 3, 601),
+       spread(T, 16)},
+      610);
+}
+
+TEST_F(CudaMoeMma, V41Shape) {
+  const int64_t T = 640, E = 384;
+  run({"v41 D5120 I2304 E384 k6 act32 T=640", 5120, 2304, E, 32, 2, random_routing(T, 6, E, 5, 602),
+       spread(T, 16)},
+      620);
+}
+
+// Experts with 0 rows, 1 row, both sides of the 16-row MMA slices (15/16/17), of the 32-row warp
+// slices and the old 64-row tile (63/64/65), of the 128-row tile (127/128/129) and 300 rows
+// (three tiles); N and the w2 K not multiples of the tile (I = 224 = 128 + 96 columns and 7 k
+// stages; D = 288 = 2 x 128 + 32 columns and 9 k stages: odd stage counts end on the second
+// buffer); act_block 128 with a ragged last block of 32, and act_block 32.
+TEST_F(CudaMoeMma, TileEdges) {
+  const std::vector<int> counts = {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 300, 0};  // rows of each expert
+  const int k = 2;
+  std::vector<int32_t> pairs;
+  for (size_t e = 0; e < counts.size(); ++e) pairs.insert(pairs.end(), size_t(counts[e]), int32_t(e));
+  while (pairs.size() % k != 0 || pairs.size() < 928) pairs.push_back(-1);  // padding slots: contribute nothing
+  std::mt19937 rng(603);
+  std::shuffle(pairs.begin(), pairs.end(), rng);
+  const int64_t T = int64_t(pairs.size()) / k;  // 928 pairs (925 routed), 464 tokens
+  const int64_t E = int64_t(counts.size());
+  Routing r{T, k, pairs};
+  std::vector<int64_t> all(static_cast<size_t>(T));
+  std::iota(all.begin(), all.end(), 0);
+  run({"edges E13 rows 0..300 act128", 288, 224, E, 128, int(E), r, all}, 630);
+  run({"edges E13 rows 0..300 act32", 288, 224, E, 32, int(E), r, all}, 640);
+  run({"edges E13 act32 scales 0 / 129..140", 288, 224, E, 32, int(E), r, all, true}, 650);
+}
+
+}  // namespace
+}  // namespace dil::test
