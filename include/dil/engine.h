@@ -44,6 +44,9 @@ struct GenRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   StopParams stop;
+  // Data-parallel engines (EngineInfo::dp_size > 1): the rank that must run this request
+  // (HTTP header X-Data-Parallel-Rank); -1: the least loaded rank.
+  int dp_rank = -1;
 };
 
 enum class FinishReason { None, Length, Stop, Cancelled, Error };
@@ -94,6 +97,13 @@ struct EngineStats {
   int64_t kv_slots_used = 0;
   int64_t kv_bytes_total = 0;  // blocks * bytes_per_block + slots * bytes_per_slot
   int64_t kv_bytes_used = 0;
+  // Data-parallel engines: each rank's queues, in rank order (the fields above sum over ranks).
+  // Empty on a single-rank engine.
+  struct RankLoad {
+    int running = 0;
+    int waiting = 0;
+  };
+  std::vector<RankLoad> dp_ranks;
 };
 
 struct EngineInfo {
@@ -107,6 +117,7 @@ struct EngineInfo {
   int kv_slots = 0;
   int64_t kv_bytes_per_block = 0;
   int64_t kv_bytes_per_slot = 0;
+  int dp_size = 1;                 // data-parallel ranks behind this engine (GenRequest::dp_rank)
 };
 
 class Engine {
@@ -128,6 +139,7 @@ class Engine {
 struct EngineOptions {
   std::string model_dir;
   std::string device = "cpu";        // cpu | cuda
+  int device_index = 0;               // which GPU (cuda)
   std::string numerics = "official";  // official | reference
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;

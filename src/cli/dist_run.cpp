@@ -7,9 +7,9 @@
 namespace dil::cli {
 
 std::unique_ptr<DistRun> start_dist(const Args& args, int argc, char** argv, int* launcher_status,
-                                    const char* default_device) {
+                                    const char* default_device, int nproc) {
   auto r = std::make_unique<DistRun>();
-  r->req.nproc = int(args.get_int("nproc", 1));
+  r->req.nproc = nproc > 0 ? nproc : int(args.get_int("nproc", 1));
   r->req.nnodes = int(args.get_int("nnodes", 1));
   r->req.node_rank = int(args.get_int("node-rank", 0));
   r->req.master_addr = args.get("master-addr", "");

@@ -27,8 +27,9 @@ struct DistRun {
 // *launcher_status is the job's exit status); otherwise the backend (on this rank's GPU) and
 // communicator of this rank.
 // argc/argv: the subcommand's (argv[0] = its name, argv[-1] = the program).
+// nproc > 0: ranks per machine fixed by the command (serve's --dp / --nnodes) instead of --nproc.
 std::unique_ptr<DistRun> start_dist(const Args& args, int argc, char** argv, int* launcher_status,
-                                    const char* default_device = "cpu");
+                                    const char* default_device = "cpu", int nproc = 0);
 
 // One step of this rank: `tokens` into `seq` (empty tokens: an idle step; seq may then be
 // null). Returns false, running nothing, when no rank had tokens.

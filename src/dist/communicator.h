@@ -52,6 +52,12 @@ class Communicator {
   // Host side, no device work: every rank's `mine` (same length everywhere), concatenated in
   // rank order. Used to agree on a step's shape before the step runs.
   virtual std::vector<int64_t> exchange(const std::vector<int64_t>& mine) = 0;
+  // Host side, variable-length messages through rank 0 (the data-parallel engine's per-step
+  // commands and reports, src/runtime/dp_engine.h). gather_bytes: on rank 0 every rank's
+  // `mine` in rank order, elsewhere an empty vector. scatter_bytes: rank 0 passes one message
+  // per rank (`parts[r]` for rank r; ignored on the other ranks); every rank returns its own.
+  virtual std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine) = 0;
+  virtual std::vector<char> scatter_bytes(const std::vector<std::vector<char>>& parts) = 0;
   virtual void barrier() = 0;
 };
 

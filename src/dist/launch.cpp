@@ -1,6 +1,7 @@
 #include "dist/launch.h"
 
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -81,6 +82,12 @@ LaunchPlan plan_launch(const LaunchRequest& req) {
 }
 
 int spawn_ranks(const LaunchPlan& plan, const LaunchRequest& req, int argc, char** argv) {
+  // SIGINT/SIGTERM/SIGHUP to the launcher go on to every rank (a server's ranks then stop
+  // cleanly); they are taken synchronously below, so no handler and no shared flag.
+  sigset_t fwd, old_mask;
+  sigemptyset(&fwd);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&fwd, sig);
+  pthread_sigmask(SIG_BLOCK, &fwd, &old_mask);
   std::vector<pid_t> kids;
   std::vector<std::string> args(argv, argv + argc);
   for (int i = 0; i < req.nproc; ++i) {
@@ -94,6 +101,7 @@ int spawn_ranks(const LaunchPlan& plan, const LaunchRequest& req, int argc, char
       setenv("MASTER_ADDR", plan.dist.master_addr.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(plan.dist.master_port).c_str(), 1);
       setenv("NCCL_NVLS_ENABLE", "0", 0);  // never NVLink multicast (KINDS.md)
+      pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);  // the rank gets the caller's mask
       std::vector<char*> cargv;
       for (std::string& a : args) cargv.push_back(a.data());
       cargv.push_back(nullptr);
@@ -132,8 +140,15 @@ int spawn_ranks(const LaunchPlan& plan, const LaunchRequest& req, int argc, char
       for (pid_t k : kids)
         if (k > 0) ::kill(k, SIGKILL);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const timespec wait{0, 20 * 1000 * 1000};
+    const int sig = sigtimedwait(&fwd, nullptr, &wait);
+    if (sig > 0) {
+      std::fprintf(stderr, "dist: launcher got signal %d, passing it to the ranks\n", sig);
+      for (pid_t k : kids)
+        if (k > 0) ::kill(k, sig);
+    }
   }
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   return status_out;
 }
 

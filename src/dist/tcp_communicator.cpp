@@ -62,6 +62,12 @@ class TcpCommunicator : public Communicator {
     star_.all_gather(mine.data(), mine.size() * 8, all.data());
     return all;
   }
+  std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine) override {
+    return star_.gather_bytes(mine);
+  }
+  std::vector<char> scatter_bytes(const std::vector<std::vector<char>>& parts) override {
+    return star_.scatter_bytes(parts);
+  }
   void barrier() override { star_.barrier(); }
 
  private:

@@ -209,6 +209,44 @@ void TcpStar::reduce_scatter_f32(const float* in, size_t n, float* out) {
   }
 }
 
+std::vector<std::vector<char>> TcpStar::gather_bytes(const std::vector<char>& mine) {
+  std::vector<std::vector<char>> all;
+  if (opt_.rank != 0) {
+    const uint64_t n = mine.size();
+    send_all(0, &n, sizeof n);
+    if (n) send_all(0, mine.data(), n);
+    return all;
+  }
+  all.resize(size_t(opt_.size));
+  all[0] = mine;
+  for (int r = 1; r < opt_.size; ++r) {
+    uint64_t n = 0;
+    recv_all(r, &n, sizeof n);
+    DIL_CHECK(n < (uint64_t(1) << 34), "dist: rank ", r, " announced a message of ", n, " bytes");
+    all[size_t(r)].resize(n);
+    if (n) recv_all(r, all[size_t(r)].data(), n);
+  }
+  return all;
+}
+
+std::vector<char> TcpStar::scatter_bytes(const std::vector<std::vector<char>>& parts) {
+  if (opt_.rank == 0) {
+    DIL_CHECK(parts.size() == size_t(opt_.size), "scatter_bytes: ", parts.size(), " parts for ", opt_.size, " ranks");
+    for (int r = 1; r < opt_.size; ++r) {
+      const uint64_t n = parts[size_t(r)].size();
+      send_all(r, &n, sizeof n);
+      if (n) send_all(r, parts[size_t(r)].data(), n);
+    }
+    return parts[0];
+  }
+  uint64_t n = 0;
+  recv_all(0, &n, sizeof n);
+  DIL_CHECK(n < (uint64_t(1) << 34), "dist: rank 0 announced a message of ", n, " bytes");
+  std::vector<char> mine(n);
+  if (n) recv_all(0, mine.data(), n);
+  return mine;
+}
+
 void TcpStar::broadcast(void* buf, size_t n) {
   if (opt_.size == 1) return;
   if (opt_.rank == 0)

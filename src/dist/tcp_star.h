@@ -33,6 +33,10 @@ class TcpStar {
   // in: size * n floats; out: n floats = sum over ranks of their chunk `rank`, summed on the
   // hub in rank order (((r0 + r1) + r2) ...), so the result does not depend on arrival order.
   void reduce_scatter_f32(const float* in, size_t n, float* out);
+  // Variable-length messages (a length prefix each): gather to rank 0 (others get an empty
+  // result) and scatter from rank 0 (parts[r] to rank r; `parts` is read on rank 0 only).
+  std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine);
+  std::vector<char> scatter_bytes(const std::vector<std::vector<char>>& parts);
   // Rank 0's n bytes into every rank's `buf`.
   void broadcast(void* buf, size_t n);
   void barrier();

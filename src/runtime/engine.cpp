@@ -48,7 +48,8 @@ struct Command {
 
 class EngineImpl final : public Engine {
  public:
-  EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend);
+  EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend,
+             StepHook* hook);
   ~EngineImpl() override { shutdown(); }
   std::shared_ptr<RequestStream> submit(GenRequest req) override;
   void cancel(const std::string& id) override;
@@ -72,6 +73,7 @@ class EngineImpl final : public Engine {
   EngineInfo info_;
   std::unique_ptr<KvManager> kv_;
   std::unique_ptr<Scheduler> sched_;
+  StepHook* hook_ = nullptr;  // data-parallel rank: lockstep with the other ranks
   // Engine-thread state.
   std::unordered_map<std::string, std::unique_ptr<Sequence>> live_;  // unfinished, by request id
   std::mt19937_64 seed_gen_;
@@ -88,8 +90,9 @@ class EngineImpl final : public Engine {
   std::thread thread_;
 };
 
-EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend)
-    : backend_(std::move(backend)), model_(std::move(model)), opts_(opts) {
+EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend,
+                       StepHook* hook)
+    : backend_(std::move(backend)), model_(std::move(model)), opts_(opts), hook_(hook) {
   const ModelConfig& cfg = model_->config();
   if (opts.block_tokens <= 0 || opts.block_tokens % 128 != 0)
     DIL_FAIL("block_tokens must be a positive multiple of 128, got ", opts.block_tokens);
@@ -258,11 +261,27 @@ void EngineImpl::commit(Sequence* s, const SampleResult& r) {
 
 bool EngineImpl::step() {
   Schedule sch = sched_->schedule();
-  if (sch.chunks.empty()) {
+  if (sch.chunks.empty())
     DIL_CHECK(sched_->n_running() > 0 || sched_->n_waiting() == 0, "waiting requests but nothing schedulable");
+  StepBatch batch;
+  if (hook_) {
+    // Every rank joins the step when any rank has tokens (the MoE collectives need all).
+    batch.rank_tokens = hook_->agree(sch.n_tokens);
+    bool any = false;
+    for (int64_t n : batch.rank_tokens) any = any || n > 0;
+    if (!any) return false;
+    if (sch.chunks.empty()) {
+      std::vector<float> none;
+      try {
+        model_->forward(batch, &none);
+      } catch (const std::exception& e) {
+        hook_->fatal(str_cat("empty model step failed: ", e.what()));
+      }
+      return true;
+    }
+  } else if (sch.chunks.empty()) {
     return false;
   }
-  StepBatch batch;
   batch.tokens.reserve(sch.n_tokens);
   for (const ScheduledChunk& c : sch.chunks) {
     SeqChunk sc;
@@ -278,6 +297,7 @@ bool EngineImpl::step() {
   try {
     model_->forward(batch, &logits);
   } catch (const std::exception& e) {
+    if (hook_) hook_->fatal(str_cat("model step failed: ", e.what()));
     for (const ScheduledChunk& c : sch.chunks) finish(c.seq, FinishReason::Error, str_cat("model step failed: ", e.what()));
     return true;
   }
@@ -322,9 +342,15 @@ void EngineImpl::loop() {
   for (;;) {
     std::deque<Command> cmds;
     bool stopping;
-    {
+    const bool idle = sched_->n_running() == 0 && sched_->n_waiting() == 0;
+    if (hook_) {
+      // The job's stop comes from the hook (rank 0 decides for every rank); this engine's own
+      // stop_ only reaches the others through it.
+      stopping = hook_->round(*this, idle);
+      std::lock_guard<std::mutex> lk(mu_);
+      cmds.swap(cmds_);
+    } else {
       std::unique_lock<std::mutex> lk(mu_);
-      const bool idle = sched_->n_running() == 0 && sched_->n_waiting() == 0;
       if (idle) cv_.wait(lk, [&] { return stop_ || !cmds_.empty(); });
       cmds.swap(cmds_);
       stopping = stop_;
@@ -352,9 +378,9 @@ void EngineImpl::loop() {
 }  // namespace
 
 std::unique_ptr<Engine> make_engine_with_model(const EngineOptions& opts, std::unique_ptr<Model> model,
-                                               std::unique_ptr<Backend> backend) {
+                                               std::unique_ptr<Backend> backend, StepHook* hook) {
   DIL_CHECK(model != nullptr, "make_engine_with_model without a model");
-  return std::make_unique<EngineImpl>(opts, std::move(model), std::move(backend));
+  return std::make_unique<EngineImpl>(opts, std::move(model), std::move(backend), hook);
 }
 
 }  // namespace dil::runtime

@@ -7,7 +7,7 @@ namespace dil {
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opts) {
   if (opts.model_dir.empty()) DIL_FAIL("make_engine: no model_dir");
-  auto backend = make_backend(parse_backend_kind(opts.device));
+  auto backend = make_backend(parse_backend_kind(opts.device), opts.device_index);
   ModelOptions mo;
   mo.numerics = parse_numerics(opts.numerics);
   mo.load_mtp = false;  // the engine does not run speculative decoding yet

@@ -2,6 +2,8 @@
 // loads the real one). Not part of the public API: it exposes Model.
 #pragma once
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "dil/engine.h"
@@ -9,12 +11,30 @@
 
 namespace dil::runtime {
 
+// Lockstep of a data-parallel rank (dp_engine.h), called on the engine thread. With a hook the
+// loop never blocks on its own queue (the hook paces idle iterations) and joins every step of
+// the job: it runs a forward whenever any rank has tokens, an empty one when it has none.
+class StepHook {
+ public:
+  virtual ~StepHook() = default;
+  // Once per loop iteration, before the engine drains its command queue: the host message
+  // round. May call `self.submit`/`self.cancel` (the commands are handled this iteration).
+  // `idle`: nothing running or waiting here. Returns true when the job stops after this
+  // iteration (every rank gets the same answer in the same iteration).
+  virtual bool round(Engine& self, bool idle) = 0;
+  // After scheduling: this rank's token count -> every rank's, in rank order.
+  virtual std::vector<int64_t> agree(int64_t n_tokens) = 0;
+  // A forward failed: the ranks' collectives are out of step, so the rank must end.
+  [[noreturn]] virtual void fatal(const std::string& what) = 0;
+};
+
 // Takes ownership of `model` and of `backend` (may be null when the model needs none); the
 // backend outlives the model. Sizes and allocates the cache (model->allocate_cache) and starts
 // the engine thread. Throws dil::Error on options that cannot work (block size, pool smaller
 // than max_model_len).
 std::unique_ptr<Engine> make_engine_with_model(const EngineOptions& opts, std::unique_ptr<Model> model,
-                                               std::unique_ptr<Backend> backend = nullptr);
+                                               std::unique_ptr<Backend> backend = nullptr,
+                                               StepHook* hook = nullptr);  // hook outlives the engine
 
 // Pool geometry for `opts` and a model's cache spec (the engine's start-up arithmetic).
 struct PoolPlan {

@@ -139,6 +139,17 @@ std::string Metrics::render(const EngineStats& e) const {
   sample(&o, "dil:kv_blocks_total", L, double(e.kv_blocks_total));
   header(&o, "dil:engine_steps_total", "counter", "Engine steps run.");
   sample(&o, "dil:engine_steps_total", L, double(e.steps));
+  if (!e.dp_ranks.empty()) {
+    header(&o, "dil:dp_rank_requests_running", "gauge", "Requests running on each data-parallel rank.");
+    for (size_t r = 0; r < e.dp_ranks.size(); ++r)
+      sample(&o, "dil:dp_rank_requests_running", L + ",dp_rank=\"" + std::to_string(r) + "\"",
+             double(e.dp_ranks[r].running));
+    header(&o, "dil:dp_rank_requests_waiting", "gauge",
+           "Requests waiting on each data-parallel rank (incl. routed, not yet received).");
+    for (size_t r = 0; r < e.dp_ranks.size(); ++r)
+      sample(&o, "dil:dp_rank_requests_waiting", L + ",dp_rank=\"" + std::to_string(r) + "\"",
+             double(e.dp_ranks[r].waiting));
+  }
   header(&o, "dil:http_responses_total", "counter", "HTTP responses by status code.");
   for (const auto& [code, n] : http_)
     sample(&o, "dil:http_responses_total", L + ",code=\"" + std::to_string(code) + "\"", double(n));

@@ -167,6 +167,7 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
   fit_context(&cr.gen, int(base.prompt.size()), "messages");
   base.sampling = cr.gen.sampling;
   base.stop = cr.gen.stop;
+  base.dp_rank = dp_rank(req);
   // A model that starts a new turn has finished its own (as other V4 servers stop on these).
   for (const char* s : {"<｜User｜>", "<｜Assistant｜>", "<｜latest_reminder｜>", "<｜System｜>"}) {
     const int32_t id = tok.token_to_id(s);
@@ -229,6 +230,7 @@ void Server::Core::completions(const httplib::Request& req, httplib::Response& r
   cfg.skip_special = cr.gen.skip_special_tokens;
   cfg.stop_strings = cr.gen.stop_strings;
   int max_tokens_given = cr.gen.stop.max_tokens;
+  const int rank = dp_rank(req);
   for (size_t p = 0; p < cr.prompts.size(); ++p) {
     const auto& pr = cr.prompts[p];
     GenRequest base;
@@ -244,6 +246,7 @@ void Server::Core::completions(const httplib::Request& req, httplib::Response& r
     fit_context(&g, int(base.prompt.size()), "prompt");
     base.sampling = g.sampling;
     base.stop = g.stop;
+    base.dp_rank = rank;
     add_choices(&specs, base, cfg, cr.gen.n, int(p));
     for (int i = 0; i < cr.gen.n; ++i)
       echo.push_back(cr.echo ? (pr.is_text ? pr.text : tok.decode(pr.ids)) : std::string());

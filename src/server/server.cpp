@@ -118,6 +118,24 @@ void Server::Core::admit(int n) const {
                    "", "rate_limit_exceeded", "rate_limit_error");
 }
 
+int Server::Core::dp_rank(const httplib::Request& req) const {
+  static constexpr const char* kHeader = "X-Data-Parallel-Rank";
+  if (!req.has_header(kHeader)) return -1;
+  const std::string v = req.get_header_value(kHeader);
+  const int n = engine.info().dp_size;
+  int r = -1;
+  size_t used = 0;
+  try {
+    r = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size() || r < 0 || r >= n)
+    throw ApiError(400, str_cat("header ", kHeader, " must be a data-parallel rank in [0, ", n, "), got '", v, "'"),
+                   kHeader);
+  return r;
+}
+
 Server::Server(Engine& engine, const tok::Tokenizer& tok, tok::PromptFormat format, ServerOptions o)
     : core_(std::make_unique<Core>(engine, tok, format, std::move(o))) {
   Core& c = *core_;

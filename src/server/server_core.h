@@ -35,6 +35,9 @@ struct Server::Core {
   // Fills max_tokens from the context left, or 400 with the counts when it does not fit.
   void fit_context(GenParams* g, int prompt_tokens, const std::string& param) const;
   void admit(int n) const;  // 429 when over the concurrency limit (reject mode)
+  // The X-Data-Parallel-Rank header (vLLM's name): the rank that must run the request, -1 when
+  // absent; 400 when it is not an integer in [0, dp_size).
+  int dp_rank(const httplib::Request& req) const;
 
   void chat(const httplib::Request& req, httplib::Response& res);
   void completions(const httplib::Request& req, httplib::Response& res);

@@ -51,6 +51,34 @@ TEST(TcpCommunicator, CollectivesAndExchange) {
   });
 }
 
+TEST(TcpCommunicator, VariableLengthGatherAndScatter) {
+  const int R = 3, port = free_port();
+  // Rank r's message: r*1000 + 7 bytes (rank 0's 7 bytes, an empty one in round 2).
+  auto message = [](int r, int round) {
+    std::vector<char> m(round == 2 && r == 1 ? 0 : size_t(r * 1000 + 7));
+    for (size_t i = 0; i < m.size(); ++i) m[i] = char((i * 31 + size_t(r) * 7 + size_t(round)) & 0xff);
+    return m;
+  };
+  run_ranks(R, [&](int r) {
+    auto be = make_backend(BackendKind::CPU);
+    auto comm = make_communicator(*be, options(r, R, port));
+    for (int round = 0; round < 3; ++round) {
+      const auto all = comm->gather_bytes(message(r, round));
+      if (r == 0) {
+        ASSERT_EQ(all.size(), size_t(R));
+        for (int q = 0; q < R; ++q) EXPECT_EQ(all[size_t(q)], message(q, round)) << "from rank " << q;
+      } else {
+        EXPECT_TRUE(all.empty());
+      }
+      // Scatter: rank 0 sends rank q the message of rank (q + 1) % R of the next round.
+      std::vector<std::vector<char>> parts;
+      if (r == 0)
+        for (int q = 0; q < R; ++q) parts.push_back(message((q + 1) % R, round + 1));
+      EXPECT_EQ(comm->scatter_bytes(parts), message((r + 1) % R, round + 1));
+    }
+  });
+}
+
 TEST(TcpCommunicator, RankOutsideTheWorldIsAnError) {
   auto be = make_backend(BackendKind::CPU);
   EXPECT_THROW(make_communicator(*be, options(2, 2, free_port())), Error);

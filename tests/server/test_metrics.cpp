@@ -37,5 +37,16 @@ TEST(Metrics, CountersAndEngineGauges) {
   EXPECT_EQ(m.in_flight(), 1);
 }
 
+TEST(Metrics, DataParallelRankGauges) {
+  Metrics m("tiny");
+  EngineStats e;
+  EXPECT_EQ(m.render(e).find("dp_rank"), std::string::npos);  // one rank: no per-rank series
+  e.dp_ranks = {{2, 0}, {0, 5}};
+  const std::string s = m.render(e);
+  EXPECT_NE(s.find("dil:dp_rank_requests_running{model_name=\"tiny\",dp_rank=\"0\"} 2\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("dil:dp_rank_requests_running{model_name=\"tiny\",dp_rank=\"1\"} 0\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("dil:dp_rank_requests_waiting{model_name=\"tiny\",dp_rank=\"1\"} 5\n"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace dil::server
