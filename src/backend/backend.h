@@ -174,7 +174,9 @@ class Backend {
   virtual void add(const Tensor& a, const Tensor& b, Tensor out) = 0;
   virtual void linear(const Tensor& x, const Weight& w, int act_block, Tensor out) = 0;  // [T,in] -> [T,out]
   // out[t, g, :] = W[g*N:(g+1)*N, :] . x[t, g, :]   (x [T, G, K], W [G*N, K], out [T, G, N])
-  virtual void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out) = 0;
+  // split_bf16 (official numerics): the backend may run it on BF16 tensor cores with x split
+  // into hi + lo BF16 terms (~2^-17 relative per activation) instead of the exact path.
+  virtual void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16 = false) = 0;
   virtual void rope(Tensor x, const Tensor& pos, const RopeTable& table, bool inverse) = 0;  // x [R, H, d], pos [R]
   virtual void fp8_qdq(Tensor x, int cols, int block) = 0;  // x [R, d]: QDQ of columns [0, cols) in blocks
   virtual void fp4_qdq(Tensor x, int block, bool e4m3_scale) = 0;  // x [R, d]

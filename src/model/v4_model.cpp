@@ -233,7 +233,8 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
   ProfileScope ps(prof_, "projections");
   be_.rope(o, m.tok_pos, l.rope, true);  // de-rotate the output's rope dims at the query position
   Tensor z = s.f32({T, G, cfg_.o_lora_rank});
-  be_.grouped_linear(o.view({T, G, H * hd / G}), l.wo_a, int(G), z);  // wo_a: dequantized, no act quant
+  // wo_a: dequantized, no act quant; official numerics let the backend split x into BF16 terms.
+  be_.grouped_linear(o.view({T, G, H * hd / G}), l.wo_a, int(G), z, official_);
   Tensor y = s.f32({T, D});
   be_.linear(z.view({T, G * cfg_.o_lora_rank}), l.wo_b, ab, y);
   return y;

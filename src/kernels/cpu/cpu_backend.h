@@ -33,7 +33,7 @@ class CpuBackend : public Backend {
 
   // linear.cpp
   void linear(const Tensor& x, const Weight& w, int act_block, Tensor out) override;
-  void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out) override;
+  void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16 = false) override;
 
   // norm_rope.cpp
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) override;

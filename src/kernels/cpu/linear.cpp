@@ -145,7 +145,7 @@ void CpuBackend::linear(const Tensor& x, const Weight& w, int act_block, Tensor 
 
 // x [T, G, K], W [G*N, K] (any kind, no act quant) -> out [T, G, N]:
 // out[t, g, n] = sum_k x[t, g, k] * W[g*N + n, k], double accumulation rounded once.
-void CpuBackend::grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out) {
+void CpuBackend::grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out, bool /*split_bf16*/) {
   cpu::check_f32(x, "grouped_linear x");
   cpu::check_f32(out, "grouped_linear out");
   const int64_t K = cpu::weight_cols(w), G = groups, N = cpu::weight_rows(w) / G;

@@ -130,8 +130,8 @@ class CudaBackend final : public Backend {
   void linear(const Tensor& x, const Weight& w, int act_block, Tensor out) override {
     cuda::linear(c_, x, w, act_block, out);
   }
-  void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out) override {
-    cuda::grouped_linear(c_, x, w, groups, out);
+  void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16) override {
+    cuda::grouped_linear(c_, x, w, groups, out, split_bf16);
   }
   void rope(Tensor x, const Tensor& pos, const RopeTable& table, bool inverse) override {
     cuda::rope(c_, x, pos, table, inverse);

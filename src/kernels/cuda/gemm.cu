@@ -301,7 +301,9 @@ void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out)
     } else if (w.kind == Weight::Kind::BF16 && w.in % 8 == 0 && w.out % 8 == 0) {
       if (linear_bf16_lt(c, x, w, out)) return;
       warn_once(c.warned_bf16, "cuBLASLt has no BF16 algorithm for this shape");
-    } else if (w.kind == Weight::Kind::FP8 && M >= kDequantMinRows && w.in % 8 == 0 && w.out % 8 == 0) {
+    } else if (quant && w.kind == Weight::Kind::FP8 && M >= kDequantMinRows && w.in % 8 == 0 && w.out % 8 == 0) {
+      // Only with FP8-QDQ'd activations (official numerics): exact BF16 operands, so reference
+      // numerics keep the exact SIMT path.
       if (linear_dequant_lt(c, x.ptr<float>(), w.in, M, w, 0, w.out, quant, act_block, out.ptr<float>(), w.out)) return;
       warn_once(c.warned_bf16, "cuBLASLt has no BF16 algorithm for this shape");
     }
@@ -317,7 +319,7 @@ void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out)
   gemm_simt(c, xin, w.in, M, make_wview(w), 0, out.ptr<float>(), w.out, 1, 0, 0, 0);
 }
 
-void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out) {
+void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16) {
   // x [T, G, K], W [G*N, K], out [T, G, N]
   int64_t K = w.in, N = w.out / groups;
   DIL_CHECK(w.out % groups == 0, "grouped_linear: ", w.out, " rows not divisible by ", groups);
@@ -325,7 +327,8 @@ void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor
   DIL_CHECK(x.numel() == T * groups * K && out.numel() == T * groups * N, "grouped_linear: shapes ",
             x.shape_str(), " ", out.shape_str());
   if (T == 0) return;
-  if (c.use_cublaslt && w.kind == Weight::Kind::FP8 && T >= kDequantMinRows && K % 8 == 0 && N % 8 == 0) {
+  if (split_bf16 && c.use_cublaslt && w.kind == Weight::Kind::FP8 && T >= kDequantMinRows && K % 8 == 0 &&
+      N % 8 == 0) {
     bool ok = true;
     for (int g = 0; g < groups && ok; ++g)
       ok = linear_dequant_lt(c, x.ptr<float>() + g * K, int64_t(groups) * K, T, w, g * N, N, false, 0,

@@ -67,7 +67,7 @@ std::map<std::string, double> measure_ceilings(cublasLtHandle_t lt, cudaStream_t
 
 // gemm.cu. out[m, :] = W . x[m, :] over `groups` independent groups (grouped_linear).
 void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out);
-void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out);
+void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16);
 // SIMT GEMM core shared with the MoE: out[M, N] (ldo) = X[M, K] (ldx) . W^T (fp32 accumulate).
 void gemm_simt(Ctx& c, const float* x, int64_t ldx, int64_t m, const WView& w, int64_t w_row0,
                float* out, int64_t ldo, int groups, int64_t x_gstride, int64_t o_gstride,
