@@ -31,6 +31,27 @@ bool ExpertParallel::begin(const StepBatch& batch, int topk, Backend& be, Scratc
   return true;
 }
 
+Tensor ExpertParallel::experts(Backend& be, StepProfiler* prof, MoeExpertsArgs e, const Tensor& x, const Tensor& w,
+                               const Tensor& idx, const Step& st, Scratch& s) const {
+  if (on()) return routed(be, prof, e, x, w, idx, st, s);
+  ProfileScope ps(prof, "moe experts");
+  Tensor out = s.f32({x.size(0), x.size(1)});
+  e.x = x; e.route_w = w; e.route_idx = idx; e.out = out;
+  be.moe_experts(e);
+  return out;
+}
+
+Tensor shared_expert(Backend& be, const Tensor& x, const Weight& w1, const Weight& w2, const Weight& w3, int act_block,
+                     float swiglu_limit, Scratch& s) {
+  const int64_t T = x.size(0), D = x.size(1), I = w1.out;
+  Tensor g = s.f32({T, I}), u = s.f32({T, I}), h = s.f32({T, I}), out = s.f32({T, D});
+  be.linear(x, w1, act_block, g);
+  be.linear(x, w3, act_block, u);
+  be.swiglu(g, u, Tensor(), swiglu_limit, h);
+  be.linear(h, w2, act_block, out);
+  return out;
+}
+
 Tensor ExpertParallel::routed(Backend& be, StepProfiler* prof, MoeExpertsArgs e, const Tensor& x, const Tensor& w,
                               const Tensor& idx, const Step& st, Scratch& s) const {
   const int64_t T = x.size(0), Tm = st.t_max, R = size_, D = x.size(1), k = idx.size(1);

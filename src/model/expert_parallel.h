@@ -22,6 +22,10 @@
 
 namespace dil {
 
+// The shared expert of a MoE block: w2(swiglu(w1 x, w3 x)) -> [T, D] (x [T, D] f32).
+Tensor shared_expert(Backend& be, const Tensor& x, const Weight& w1, const Weight& w2, const Weight& w3, int act_block,
+                     float swiglu_limit, Scratch& s);
+
 class ExpertParallel {
  public:
   // comm null (or one rank): every expert on this rank, no collectives.
@@ -47,6 +51,10 @@ class ExpertParallel {
   // out are filled here. T may be 0 (a rank without tokens in the step).
   Tensor routed(Backend& be, StepProfiler* prof, MoeExpertsArgs e, const Tensor& x, const Tensor& w,
                 const Tensor& idx, const Step& st, Scratch& s) const;
+  // The routed sum [T, D] of x's tokens: routed() with several ranks, else this rank's experts
+  // directly (`st` unused).
+  Tensor experts(Backend& be, StepProfiler* prof, MoeExpertsArgs e, const Tensor& x, const Tensor& w,
+                 const Tensor& idx, const Step& st, Scratch& s) const;
 
  private:
   Communicator* comm_ = nullptr;

@@ -279,8 +279,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
 }
 
 Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, Scratch& s) {
-  const int64_t T = x.size(0), D = cfg_.dim, I = cfg_.moe_inter * cfg_.n_shared, E = cfg_.n_routed, k = cfg_.topk;
-  const int ab = act_block();
+  const int64_t T = x.size(0), E = cfg_.n_routed, k = cfg_.topk;
   auto gate = std::make_unique<ProfileScope>(prof_, "moe gate");
   Tensor logits = s.f32({T, E});
   be_.linear(x, l.gate, 0, logits);
@@ -293,23 +292,9 @@ Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, 
   r.out_idx = s.i32({T, k});
   be_.moe_route(r);
   gate.reset();
-  Tensor out;  // [T, D] f32 routed sum
-  if (ep_.on()) {
-    out = ep_.routed(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);
-  } else {
-    ProfileScope ps(prof_, "moe experts");
-    out = s.f32({T, D});
-    MoeExpertsArgs e = experts_args(l);
-    e.x = x; e.route_w = r.out_w; e.route_idx = r.out_idx; e.out = out;
-    be_.moe_experts(e);
-  }
+  Tensor out = ep_.experts(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);  // [T, D] routed sum
   ProfileScope ps(prof_, "moe shared");
-  Tensor g = s.f32({T, I}), u = s.f32({T, I}), h = s.f32({T, I}), sh = s.f32({T, D});
-  be_.linear(x, l.sw1, ab, g);
-  be_.linear(x, l.sw3, ab, u);
-  be_.swiglu(g, u, Tensor(), cfg_.swiglu_limit, h);
-  be_.linear(h, l.sw2, ab, sh);
-  be_.add(out, sh, out);
+  be_.add(out, shared_expert(be_, x, l.sw1, l.sw2, l.sw3, act_block(), cfg_.swiglu_limit, s), out);
   return out;
 }
 

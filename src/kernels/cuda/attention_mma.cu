@@ -12,6 +12,7 @@
 // (|x - hi - lo| <= 2^-17 |x|) and x.y = hi.hi + hi.lo + lo.hi (the dropped lo.lo term is
 // <= 2^-16 |x||y|), f32 accumulation, f32 exp. Bounds: tests/cuda/test_attention.cpp.
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace dil::cuda {
 namespace {
@@ -22,22 +23,13 @@ constexpr int kSStride = kRows + 1;
 constexpr int kDimsPerWarp = kD / kWarps;  // 128 output dims per warp
 constexpr int kNt = kDimsPerWarp / 8;      // 16 n-tiles per warp
 
-__device__ __forceinline__ uint16_t bf16_rn(float f) { return uint16_t(__float_as_uint(d_round_bf16(f)) >> 16); }
 __device__ __forceinline__ float bf16_f(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
 // x -> (hi, lo) BF16 halves.
 __device__ __forceinline__ void split(float x, uint16_t& hi, uint16_t& lo) {
-  hi = bf16_rn(x);
-  lo = bf16_rn(x - bf16_f(hi));
+  hi = bf16_bits(x);
+  lo = bf16_bits(x - bf16_f(hi));
 }
 __device__ __forceinline__ uint32_t pack(uint16_t lo_k, uint16_t hi_k) { return uint32_t(lo_k) | (uint32_t(hi_k) << 16); }
-
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // The (k = row, n = dim) B fragment of a 16x8 tile of row-major [row][dim] BF16 rows.
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& b0, uint32_t& b1, const uint16_t* p) {
@@ -109,9 +101,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams P) {
         const uint32_t ah[4] = {qa_h0[c], qa_h1[c], qa_h0[c + 4], qa_h1[c + 4]};
         const uint32_t al[4] = {qa_l0[c], qa_l1[c], qa_l0[c + 4], qa_l1[c + 4]};
         const uint32_t bh0 = kb_h[c], bh1 = kb_h[c + 4], bl0 = kb_l[c], bl1 = kb_l[c + 4];
-        mma(sacc, ah, bh0, bh1);
-        mma(sacc, ah, bl0, bl1);
-        mma(sacc, al, bh0, bh1);
+        mma_bf16(sacc, ah, bh0, bh1);
+        mma_bf16(sacc, ah, bl0, bl1);
+        mma_bf16(sacc, al, bh0, bh1);
       }
       const int r0 = warp * 8 + 2 * tg;
       const bool v0 = ptrs[r0] != nullptr, v1 = ptrs[r0 + 1] != nullptr;
@@ -197,9 +189,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams P) {
         uint32_t bh0, bh1, bl0, bl1;
         ldmatrix_x2_trans(bh0, bh1, kh + row * kStride + col);
         ldmatrix_x2_trans(bl0, bl1, kl + row * kStride + col);
-        mma(o[j], ah, bh0, bh1);
-        mma(o[j], ah, bl0, bl1);
-        mma(o[j], al, bh0, bh1);
+        mma_bf16(o[j], ah, bh0, bh1);
+        mma_bf16(o[j], ah, bl0, bl1);
+        mma_bf16(o[j], al, bh0, bh1);
       }
     }
   }

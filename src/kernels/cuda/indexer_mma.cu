@@ -19,6 +19,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/indexer_mma.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace dil::cuda {
 namespace {
@@ -43,8 +44,6 @@ struct MmaParams {
   int cand_topk, cand_block;
 };
 
-__device__ __forceinline__ uint16_t bf16_bits(float f) { return uint16_t(__float_as_uint(d_round_bf16(f)) >> 16); }
-
 // f32 -> bf16 (round to nearest even; exact for FP4-QDQ'd values), n elements.
 __global__ void to_bf16_kernel(const float* in, uint16_t* out, int64_t n) {
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -64,14 +63,6 @@ __global__ void gather_keys_kernel(const float* cache, int rpb, const int32_t* b
   const float4 v = reinterpret_cast<const float4*>(cache + (int64_t(b) * rpb + r % rpb) * kDi)[lane];
   ushort4 o = make_ushort4(bf16_bits(v.x), bf16_bits(v.y), bf16_bits(v.z), bf16_bits(v.w));
   reinterpret_cast<ushort4*>(keys + (key_off[s] + r) * kDi)[lane] = o;
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 template <int MT>

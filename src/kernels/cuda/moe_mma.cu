@@ -14,6 +14,7 @@
 // every product is exact and the only rounding is the tensor cores' f32 accumulation (bound
 // in docs/kernels.md and tests/cuda/test_moe_mma.cpp).
 #include "kernels/cuda/moe_mma.cuh"
+#include "kernels/cuda/mma.cuh"
 
 #include <algorithm>
 
@@ -40,18 +41,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ uint32_t lds32(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-// d += a . b for one m16n8k16 tile (PTX ISA fragment layouts, g = lane / 4, t = lane % 4):
-// a0 (row g, k 2t..2t+1), a1 (row g+8, same k), a2 (row g, k 8+2t..), a3 (row g+8, k 8+2t..);
-// b0 (k 2t..2t+1, col g), b1 (k 8+2t.., col g); d0, d1 (row g, cols 2t, 2t+1), d2, d3 (row g+8).
-// The lower k of each pair sits in the register's low half (little-endian pair loads).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // e2m1 nibble -> f32, exactly: the sign and the 3 magnitude bits placed at f32 bits 31 and
 // 24..22 read as 2^-126 times the e2m1 value (exponent field 0 is the subnormal 0.5 x 2^-126

@@ -1,0 +1,26 @@
+// Warp-level BF16 tensor-core helpers shared by the tensor-core kernels (indexer_mma.cu,
+// attention_mma.cu, moe_mma.cu).
+#pragma once
+#include "kernels/cuda/common.cuh"
+
+namespace dil::cuda {
+
+// d += a . b for one m16n8k16 tile, f32 accumulation (PTX ISA fragment layouts, g = lane / 4,
+// t = lane % 4): a0 (row g, k 2t..2t+1), a1 (row g+8, same k), a2 (row g, k 8+2t..), a3 (row
+// g+8, k 8+2t..); b0 (k 2t..2t+1, col g), b1 (k 8+2t.., col g); d0, d1 (row g, cols 2t, 2t+1),
+// d2, d3 (row g+8). The lower k of each pair sits in the register's low half.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  mma_bf16(d, a, b[0], b[1]);
+}
+
+// f32 -> BF16 bits, round to nearest even (exact for values with <= 8 significant bits).
+__device__ __forceinline__ uint16_t bf16_bits(float f) { return uint16_t(__float_as_uint(d_round_bf16(f)) >> 16); }
+
+}  // namespace dil::cuda
