@@ -12,8 +12,8 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "dist/star_communicator.h"
 #include "dist/tcp_communicator.h"
-#include "dist/tcp_star.h"
 
 // Every NCCL/CUDA call is checked and named.
 #define DIL_NCCL(call)                                                                            \
@@ -40,9 +40,9 @@ ncclDataType_t nccl_type(DType t) {
   }
 }
 
-class NcclCommunicator : public Communicator {
+class NcclCommunicator : public StarCommunicator {
  public:
-  NcclCommunicator(Backend& be, const DistOptions& opt) : star_(opt) {
+  NcclCommunicator(Backend& be, const DistOptions& opt) : StarCommunicator(opt) {
     DIL_CHECK(be.device() == Device::CUDA && be.native_stream(), "NCCL needs the CUDA backend's stream");
     stream_ = static_cast<cudaStream_t>(be.native_stream());
     // NVLink multicast (NVLS) stays off: the device machines forbid it (KINDS.md).
@@ -67,15 +67,9 @@ class NcclCommunicator : public Communicator {
   ~NcclCommunicator() override {
     star_.stop_watchdog();
     cudaStreamSynchronize(stream_);
-    try {
-      star_.barrier();
-    } catch (const Error& e) {
-      std::fprintf(stderr, "warning: dist rank %d: final barrier: %s\n", star_.rank(), e.what());
-    }
+    final_barrier();
     ncclCommDestroy(comm_);
   }
-  int rank() const override { return star_.rank(); }
-  int size() const override { return star_.size(); }
 
   void all_gather(const Tensor& in, Tensor out) override {
     check_dev(in, "all_gather in");
@@ -96,24 +90,10 @@ class NcclCommunicator : public Communicator {
     DIL_CHECK(x.dtype == DType::F32, "all_reduce: f32 tensor");
     DIL_NCCL(ncclAllReduce(x.data, x.data, size_t(x.numel()), ncclFloat32, ncclSum, comm_, stream_));
   }
-  std::vector<int64_t> exchange(const std::vector<int64_t>& mine) override {
-    std::vector<int64_t> all(mine.size() * size_t(size()));
-    star_.all_gather(mine.data(), mine.size() * 8, all.data());
-    return all;
-  }
-  std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine) override {
-    return star_.gather_bytes(mine);
-  }
-  std::vector<char> scatter_bytes(const std::vector<std::vector<char>>& parts) override {
-    return star_.scatter_bytes(parts);
-  }
-  void barrier() override { star_.barrier(); }
-
  private:
   static void check_dev(const Tensor& t, const char* what) {
     DIL_CHECK(t.device == Device::CUDA, what, ": NCCL collectives take device tensors");
   }
-  TcpStar star_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
 };

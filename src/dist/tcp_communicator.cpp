@@ -2,29 +2,19 @@
 // Tests only (CI has no GPU); the GPU path uses NCCL (nccl_communicator.cpp).
 #include "dist/tcp_communicator.h"
 
-#include <cstdio>
-
-#include "core/check.h"
-#include "dist/tcp_star.h"
+#include "dist/star_communicator.h"
 
 namespace dil {
 
 namespace {
 
-class TcpCommunicator : public Communicator {
+class TcpCommunicator : public StarCommunicator {
  public:
-  explicit TcpCommunicator(const DistOptions& opt) : star_(opt) { star_.start_watchdog(); }
+  explicit TcpCommunicator(const DistOptions& opt) : StarCommunicator(opt) { star_.start_watchdog(); }
   ~TcpCommunicator() override {
-    // Watchdog first: from here on a peer closing its sockets is the normal end of the job.
-    star_.stop_watchdog();
-    try {
-      star_.barrier();
-    } catch (const Error& e) {
-      std::fprintf(stderr, "warning: dist rank %d: final barrier: %s\n", star_.rank(), e.what());
-    }
+    star_.stop_watchdog();  // from here on a peer closing its sockets is the normal end of the job
+    final_barrier();
   }
-  int rank() const override { return star_.rank(); }
-  int size() const override { return star_.size(); }
 
   void all_gather(const Tensor& in, Tensor out) override {
     check_host(in, "all_gather in");
@@ -57,24 +47,10 @@ class TcpCommunicator : public Communicator {
       o[i] = acc;
     }
   }
-  std::vector<int64_t> exchange(const std::vector<int64_t>& mine) override {
-    std::vector<int64_t> all(mine.size() * size_t(size()));
-    star_.all_gather(mine.data(), mine.size() * 8, all.data());
-    return all;
-  }
-  std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine) override {
-    return star_.gather_bytes(mine);
-  }
-  std::vector<char> scatter_bytes(const std::vector<std::vector<char>>& parts) override {
-    return star_.scatter_bytes(parts);
-  }
-  void barrier() override { star_.barrier(); }
-
  private:
   static void check_host(const Tensor& t, const char* what) {
     DIL_CHECK(t.device == Device::CPU, what, ": the TCP communicator serves the CPU backend only");
   }
-  TcpStar star_;
 };
 
 }  // namespace
