@@ -60,18 +60,7 @@ void V41Model::bind_layer(Layer& l, int L) {
   for (int src : {l.kv_src, l.idx_src, l.uses_cand ? cfg_.candidate_source_layer : -1})
     if (src >= 0 && !layers_[size_t(src)].active)
       DIL_FAIL("layer ", L, " reads layer ", src, "'s compressed rows / selection: a layer subset must include ", src);
-  l.attn_norm = b.tensor(p + "attn_norm.weight");
-  l.ffn_norm = b.tensor(p + "ffn_norm.weight");
-  l.hc_attn = {b.tensor(p + "hc_attn_fn"), b.tensor(p + "hc_attn_base"), b.tensor(p + "hc_attn_scale")};
-  l.hc_ffn = {b.tensor(p + "hc_ffn_fn"), b.tensor(p + "hc_ffn_base"), b.tensor(p + "hc_ffn_scale")};
-  l.wq_a = b.matrix(p + "attn.wq_a");
-  l.q_norm = b.tensor(p + "attn.q_norm.weight");
-  l.wq_b = b.matrix(p + "attn.wq_b");
-  l.wkv = b.matrix(p + "attn.wkv");
-  l.kv_norm = b.tensor(p + "attn.kv_norm.weight");
-  l.wo_a = b.matrix(p + "attn.wo_a");
-  l.wo_b = b.matrix(p + "attn.wo_b");
-  l.sink = b.tensor(p + "attn.attn_sink");
+  bind_block_weights(b, p, ep_, &l);
   if (l.kv_source) {
     l.cwkv = b.matrix(p + "attn.compressor.wkv");
     if (l.ratio > 1) l.cwgate = b.matrix(p + "attn.compressor.wgate");
@@ -83,18 +72,8 @@ void V41Model::bind_layer(Layer& l, int L) {
     l.iwq_b = b.matrix(p + "attn.indexer.wq_b");
     l.iweights = b.matrix(p + "attn.indexer.weights_proj");
   }
-  l.gate = b.matrix(p + "ffn.gate");
   l.gate_bias = b.tensor(p + "ffn.gate.bias");
   l.gate_bias_vl = b.tensor(p + "ffn.gate.bias_vl");
-  for (int e = ep_.lo(); e < ep_.hi(); ++e) {  // this rank's experts only (all of them on one rank)
-    const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-    l.w1.push_back(b.matrix(ep + "w1"));
-    l.w2.push_back(b.matrix(ep + "w2"));
-    l.w3.push_back(b.matrix(ep + "w3"));
-  }
-  l.sw1 = b.matrix(p + "ffn.shared_experts.w1");
-  l.sw2 = b.matrix(p + "ffn.shared_experts.w2");
-  l.sw3 = b.matrix(p + "ffn.shared_experts.w3");
   for (size_t i = 0; i < cfg_.engram_layers.size(); ++i) {
     if (cfg_.engram_layers[i] != L) continue;
     Engram& e = l.engram;
@@ -200,7 +179,7 @@ void V41Model::write_source_rows(Layer& l, const Tensor& x, const StepMeta& m, S
 }
 
 Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared& sh, Scratch& s) {
-  const int64_t T = x.size(0), H = cfg_.n_heads, hd = cfg_.head_dim, D = cfg_.dim, G = cfg_.o_groups;
+  const int64_t T = x.size(0), H = cfg_.n_heads, hd = cfg_.head_dim;
   const int ab = act_block();
   auto proj = std::make_unique<ProfileScope>(prof_, "projections");
   // Query: wq_b(q_norm(wq_a x)), no per-head norm (V4.1), RoPE on the last rope dims.
@@ -261,21 +240,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
     a.comp = src.comp_rows.as(DType::F32, {cache_.n_blocks, rpb, hd});
     a.comp_idx = sh.sel;  // the latest index source's rows (Reuse layers share them)
   }
-  Tensor o = s.f32({T, H, hd});
-  a.out = o;
-  {
-    ProfileScope ps(prof_, "attention core");
-    be_.sparse_attention(a, m);
-    be_.ring_write(kv, a.ring, m);
-  }
-  ProfileScope ps(prof_, "projections");
-  be_.rope(o, m.tok_pos, l.rope, true);  // de-rotate the output's rope dims at the query position
-  Tensor z = s.f32({T, G, cfg_.o_lora_rank});
-  // wo_a: dequantized, no act quant; official numerics let the backend split x into BF16 terms.
-  be_.grouped_linear(o.view({T, G, H * hd / G}), l.wo_a, int(G), z, official_);
-  Tensor y = s.f32({T, D});
-  be_.linear(z.view({T, G * cfg_.o_lora_rank}), l.wo_b, ab, y);
-  return y;
+  return attention_output(be_, prof_, cfg_, l, a, kv, m, ab, official_, s);
 }
 
 Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, Scratch& s) {

@@ -11,6 +11,7 @@
 
 #include "core/safetensors.h"
 #include "model/engram_hash.h"
+#include "model/block.h"
 #include "model/expert_parallel.h"
 #include "model/model.h"
 #include "model/scratch.h"
@@ -30,7 +31,6 @@ class V41Model : public Model {
   void randomize_cache(uint64_t seed) override;
 
  private:
-  struct Hc { Tensor fn, base, scale; };
   struct Engram {
     int index = -1;             // position in cfg.engram_layers
     const StEntry* table = nullptr;  // embed.weight e4m3 [rows, hd] (host mapping)
@@ -39,21 +39,14 @@ class V41Model : public Model {
     Buffer qk_buf;
     Tensor qk;                  // [n, D] f32 q_weight * k_weight
   };
-  struct Layer {
+  struct Layer : BlockWeights {  // + the common weights (model/block.h)
     int index = 0, ratio = 0, kv_src = -1, idx_src = -1;
     bool kv_source = false, index_source = false, cand_source = false, uses_cand = false;
     bool active = true;  // built and run (ModelOptions::layers)
     std::string kind;    // profiler label "layer:<role>-r<ratio>" (bench extrapolation)
-    Tensor attn_norm, ffn_norm, q_norm, kv_norm, sink;
-    Hc hc_attn, hc_ffn;
-    Weight wq_a, wq_b, wkv, wo_a, wo_b;
     Weight cwkv, cwgate, iwk, iwq_b, iweights;  // compressor, indexer
     Tensor cnorm, iknorm;
-    Weight gate;
     Tensor gate_bias, gate_bias_vl;
-    std::vector<Weight> w1, w2, w3;  // routed experts [ep_.lo(), ep_.hi())
-    Weight sw1, sw2, sw3;
-    RopeTable rope;
     Engram engram;
     bool has_engram = false;
     // cache: every layer's SWA ring; kv sources: compressed rows, indexer keys, ratio-2 state

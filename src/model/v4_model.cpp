@@ -33,18 +33,7 @@ V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, 
 void V4Model::bind_block(Layer& l, const std::string& p, int ratio, bool hash) {
   WeightBinder& b = binder_;
   l.ratio = ratio;
-  l.attn_norm = b.tensor(p + "attn_norm.weight");
-  l.ffn_norm = b.tensor(p + "ffn_norm.weight");
-  l.hc_attn = {b.tensor(p + "hc_attn_fn"), b.tensor(p + "hc_attn_base"), b.tensor(p + "hc_attn_scale")};
-  l.hc_ffn = {b.tensor(p + "hc_ffn_fn"), b.tensor(p + "hc_ffn_base"), b.tensor(p + "hc_ffn_scale")};
-  l.wq_a = b.matrix(p + "attn.wq_a");
-  l.q_norm = b.tensor(p + "attn.q_norm.weight");
-  l.wq_b = b.matrix(p + "attn.wq_b");
-  l.wkv = b.matrix(p + "attn.wkv");
-  l.kv_norm = b.tensor(p + "attn.kv_norm.weight");
-  l.wo_a = b.matrix(p + "attn.wo_a");
-  l.wo_b = b.matrix(p + "attn.wo_b");
-  l.sink = b.tensor(p + "attn.attn_sink");
+  bind_block_weights(b, p, ep_, &l);
   if (ratio > 0) {
     auto bind_comp = [&](Compressor& c, const std::string& q, int dc) {
       c.wkv = b.matrix(q + "wkv");
@@ -61,18 +50,8 @@ void V4Model::bind_block(Layer& l, const std::string& p, int ratio, bool hash) {
       l.iweights = b.matrix(p + "attn.indexer.weights_proj");
     }
   }
-  l.gate = b.matrix(p + "ffn.gate");
   if (hash) l.tid2eid = b.table_i32(p + "ffn.gate.tid2eid");
   else l.gate_bias = b.tensor(p + "ffn.gate.bias");
-  for (int e = ep_.lo(); e < ep_.hi(); ++e) {  // this rank's experts only (all of them on one rank)
-    std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-    l.w1.push_back(b.matrix(ep + "w1"));
-    l.w2.push_back(b.matrix(ep + "w2"));
-    l.w3.push_back(b.matrix(ep + "w3"));
-  }
-  l.sw1 = b.matrix(p + "ffn.shared_experts.w1");
-  l.sw2 = b.matrix(p + "ffn.shared_experts.w2");
-  l.sw3 = b.matrix(p + "ffn.shared_experts.w3");
 }
 
 // Byte counts of the f32 cache layout this model allocates (see allocate_cache).
@@ -159,7 +138,7 @@ void V4Model::compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Bu
 }
 
 Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s) {
-  const int64_t T = x.size(0), H = cfg_.n_heads, hd = cfg_.head_dim, D = cfg_.dim, G = cfg_.o_groups;
+  const int64_t T = x.size(0), H = cfg_.n_heads, hd = cfg_.head_dim;
   const int ab = act_block(), rd = cfg_.rope_dims;
   auto proj = std::make_unique<ProfileScope>(prof_, "projections");
   // Query path: q_norm(wq_a x) also feeds the indexer.
@@ -223,21 +202,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
       a.comp_idx = idx;
     }
   }
-  Tensor o = s.f32({T, H, hd});
-  a.out = o;
-  {
-    ProfileScope ps(prof_, "attention core");
-    be_.sparse_attention(a, m);
-    be_.ring_write(kv, a.ring, m);
-  }
-  ProfileScope ps(prof_, "projections");
-  be_.rope(o, m.tok_pos, l.rope, true);  // de-rotate the output's rope dims at the query position
-  Tensor z = s.f32({T, G, cfg_.o_lora_rank});
-  // wo_a: dequantized, no act quant; official numerics let the backend split x into BF16 terms.
-  be_.grouped_linear(o.view({T, G, H * hd / G}), l.wo_a, int(G), z, official_);
-  Tensor y = s.f32({T, D});
-  be_.linear(z.view({T, G * cfg_.o_lora_rank}), l.wo_b, ab, y);
-  return y;
+  return attention_output(be_, prof_, cfg_, l, a, kv, m, ab, official_, s);
 }
 
 Tensor V4Model::moe(Layer& l, const Tensor& x, const Tensor& ids, const ExpertParallel::Step& ep, Scratch& s) {

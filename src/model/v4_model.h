@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "model/block.h"
 #include "model/expert_parallel.h"
 #include "model/model.h"
 #include "model/scratch.h"
@@ -21,26 +22,19 @@ class V4Model : public Model {
   void randomize_cache(uint64_t seed) override;
 
  private:
-  struct Hc { Tensor fn, base, scale; };
+  using Hc = HcWeights;
   struct Compressor {
     Weight wkv, wgate;
     Tensor ape, norm;
     int dc = 0;
     bool overlap = false;
   };
-  struct Layer {
+  struct Layer : BlockWeights {  // + the common weights (model/block.h)
     int id = 0;
     int ratio = 0;
-    Tensor attn_norm, ffn_norm, q_norm, kv_norm, sink;
-    Hc hc_attn, hc_ffn;
-    Weight wq_a, wq_b, wkv, wo_a, wo_b;
     Compressor comp, icomp;       // main compressor; indexer compressor (ratio 4)
     Weight iwq_b, iweights;        // indexer
-    Weight gate;
     Tensor gate_bias, tid2eid;
-    std::vector<Weight> w1, w2, w3;
-    Weight sw1, sw2, sw3;
-    RopeTable rope;
     // cache
     Buffer ring, comp_rows, idx_rows, cstate_kv, cstate_score, istate_kv, istate_score;
   };
