@@ -15,19 +15,9 @@
 
 #include "backend/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "test_util.h"  // tests/kernels: view, random_vec, SeqSpec, make_meta
 
 namespace dil::test {
-
-// Uniform in [-a, a], never exactly zero.
-inline std::vector<float> rnd(size_t n, uint32_t seed, float a = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-a, a);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    do x = u(rng); while (x == 0.0f);
-  }
-  return v;
-}
 
 inline std::vector<int32_t> rnd_int(size_t n, uint32_t seed, int lo, int hi) {
   std::mt19937 rng(seed);
@@ -60,7 +50,7 @@ inline std::vector<uint8_t> rnd_bytes(size_t n, uint32_t seed) {
   return v;
 }
 inline std::vector<uint16_t> rnd_bf16(size_t n, uint32_t seed, float a = 1.0f) {
-  auto f = rnd(n, seed, a);
+  auto f = random_vec(n, seed, a);
   std::vector<uint16_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = f32_to_bf16(f[i]);
   return v;
@@ -79,7 +69,7 @@ inline HostWeight make_weight(Weight::Kind kind, int64_t out, int64_t in, int bl
   w.in = in;
   switch (kind) {
     case Weight::Kind::F32: {
-      auto f = rnd(size_t(out * in), seed, 0.5f);
+      auto f = random_vec(size_t(out * in), seed, 0.5f);
       h.w.resize(f.size() * 4);
       std::memcpy(h.w.data(), f.data(), h.w.size());
       w.w = Tensor(h.w.data(), DType::F32, {out, in});
@@ -211,41 +201,6 @@ class CudaParity : public ::testing::Test {
   std::vector<Buffer> bufs;
 };
 
-inline Tensor host_view(std::vector<float>& v, std::initializer_list<int64_t> dims) {
-  return Tensor(v.data(), DType::F32, dims);
-}
-inline Tensor host_view(std::vector<int32_t>& v, std::initializer_list<int64_t> dims) {
-  return Tensor(v.data(), DType::I32, dims);
-}
-
-// StepMeta for sequences given as (start_pos, len, slot, blocks).
-struct Seq {
-  int start_pos, len, slot;
-  std::vector<int32_t> blocks;
-};
-inline StepMeta make_meta(const std::vector<Seq>& seqs, int block_tokens = 128) {
-  StepMeta m;
-  m.n_seqs = int(seqs.size());
-  m.block_tokens = block_tokens;
-  for (const auto& s : seqs) m.max_blocks = std::max<int>(m.max_blocks, int(s.blocks.size()));
-  int q = 0;
-  for (int i = 0; i < m.n_seqs; ++i) {
-    const auto& s = seqs[i];
-    m.h_q_start.push_back(q);
-    m.h_len.push_back(s.len);
-    m.h_start_pos.push_back(s.start_pos);
-    m.h_slot.push_back(s.slot);
-    for (int j = 0; j < s.len; ++j) {
-      m.h_tok_pos.push_back(s.start_pos + j);
-      m.h_tok_seq.push_back(i);
-    }
-    for (int b = 0; b < m.max_blocks; ++b) m.h_block_table.push_back(b < int(s.blocks.size()) ? s.blocks[b] : -1);
-    q += s.len;
-  }
-  m.n_tokens = q;
-  return m;
-}
-
 // Distinct physical blocks for every sequence: seq i gets blocks base + i*n_blocks + j, in a
 // shuffled order so logical and physical indices differ.
 inline std::vector<int32_t> block_list(int n, int base, uint32_t seed) {
@@ -268,7 +223,7 @@ inline void fp4_blocks_inplace(Backend& cpu, std::vector<float>& v, uint32_t see
     const float s = std::ldexp(1.0f, u(rng));
     for (size_t i = 0; i < 32; ++i) v[b * 32 + i] *= s;
   }
-  Tensor t = host_view(v, {int64_t(v.size() / 128), 128});
+  Tensor t = view(v, {int64_t(v.size() / 128), 128});
   cpu.fp4_qdq(t, 32, false);
 }
 

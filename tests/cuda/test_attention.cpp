@@ -13,7 +13,7 @@ constexpr int64_t kH = 64, kD = 512, kW = 128;
 
 struct AttnCase {
   const char* what;
-  std::vector<Seq> seqs;  // blocks filled in by the test
+  std::vector<SeqSpec> seqs;  // blocks filled in by the test
   int ratio;              // 0: SWA only
   bool with_idx;          // indexer picks (K = 512) instead of all visible rows
   int64_t n_blocks;       // physical compressed blocks
@@ -43,10 +43,10 @@ class CudaAttention : public CudaParity {
     ASSERT_LE(base, c.n_blocks);
     StepMeta m = make_meta(c.seqs);
     const int64_t T = m.n_tokens, n_slots = 4;
-    auto q = rnd(size_t(T * kH * kD), seed + 1), kv = rnd(size_t(T * kD), seed + 2);
-    auto ring = rnd(size_t(n_slots * kW * kD), seed + 3);
-    auto comp = c.ratio ? rnd(size_t(c.n_blocks * rpb * kD), seed + 4) : std::vector<float>();
-    auto sink = rnd(size_t(kH), seed + 5, 2.0f);
+    auto q = random_vec(size_t(T * kH * kD), seed + 1), kv = random_vec(size_t(T * kD), seed + 2);
+    auto ring = random_vec(size_t(n_slots * kW * kD), seed + 3);
+    auto comp = c.ratio ? random_vec(size_t(c.n_blocks * rpb * kD), seed + 4) : std::vector<float>();
+    auto sink = random_vec(size_t(kH), seed + 5, 2.0f);
     const int64_t K = 512;
     std::vector<int32_t> idx;
     if (c.with_idx) {
@@ -62,19 +62,19 @@ class CudaAttention : public CudaParity {
       }
     }
     AttnArgs ha;
-    ha.q = host_view(q, {T, kH, kD});
-    ha.kv_new = host_view(kv, {T, kD});
-    ha.ring = host_view(ring, {n_slots, kW, kD});
-    if (c.ratio) ha.comp = host_view(comp, {c.n_blocks, rpb, kD});
+    ha.q = view(q, {T, kH, kD});
+    ha.kv_new = view(kv, {T, kD});
+    ha.ring = view(ring, {n_slots, kW, kD});
+    if (c.ratio) ha.comp = view(comp, {c.n_blocks, rpb, kD});
     ha.comp_ratio = c.ratio;
     ha.rows_per_block = rpb;
-    if (c.with_idx) ha.comp_idx = host_view(idx, {T, K});
-    ha.sink = host_view(sink, {kH});
+    if (c.with_idx) ha.comp_idx = view(idx, {T, K});
+    ha.sink = view(sink, {kH});
     ha.scale = 1.0f / std::sqrt(float(kD));
     ha.window = int(kW);
     ha.split_bf16 = split_bf16;
     std::vector<float> ref(q.size());
-    ha.out = host_view(ref, {T, kH, kD});
+    ha.out = view(ref, {T, kH, kD});
     cpu->sparse_attention(ha, m);
 
     StepMeta gm = m;
@@ -121,11 +121,11 @@ TEST_F(CudaAttention, TensorCoresAllKinds) {
 TEST_F(CudaParity, RingWrite) {
   StepMeta m = make_meta({{0, 200, 1, {}}, {127, 3, 3, {}}, {5, 1, 0, {}}});
   const int64_t T = m.n_tokens, S = 4;
-  auto kv = rnd(size_t(T * kD), 241), ring = rnd(size_t(S * kW * kD), 242);
+  auto kv = random_vec(size_t(T * kD), 241), ring = random_vec(size_t(S * kW * kD), 242);
   Tensor gring = devf(ring, {S, kW, kD});
   StepMeta gm = m;
   upload_meta(gm);
-  cpu->ring_write(host_view(kv, {T, kD}), host_view(ring, {S, kW, kD}), m);
+  cpu->ring_write(view(kv, {T, kD}), view(ring, {S, kW, kD}), m);
   gpu->ring_write(devf(kv, {T, kD}), gring, gm);
   compare("ring_write", "T=204 (200@0 wraps, 3@127, 1@5)", down<float>(gring), ring, 0, 0);
 }
@@ -160,22 +160,22 @@ TEST_F(CudaParity, Compressor) {
     StepMeta m = make_meta({{0, 17, 0, {}}, {6, 1, 1, {}}, {125, 7, 2, {}}, {3, 1, 3, {}}, {255, 1, 4, {}}});
     const int64_t T = m.n_tokens, S = 5, C = int64_t(c.overlap ? 2 : 1) * c.dc,
                   rows = int64_t(c.overlap ? 2 : 1) * c.ratio;
-    auto a = rnd(size_t(T * C), 251), g = rnd(size_t(T * C), 252, 3.0f), ape = rnd(size_t(c.ratio * C), 253);
-    auto skv = rnd(size_t(S * rows * C), 254), ssc = rnd(size_t(S * rows * C), 255, 3.0f);
+    auto a = random_vec(size_t(T * C), 251), g = random_vec(size_t(T * C), 252, 3.0f), ape = random_vec(size_t(c.ratio * C), 253);
+    auto skv = random_vec(size_t(S * rows * C), 254), ssc = random_vec(size_t(S * rows * C), 255, 3.0f);
     std::vector<int32_t> reset = {0};
-    cpu->reset_state(host_view(skv, {S, rows, C}), host_view(ssc, {S, rows, C}), reset);
+    cpu->reset_state(view(skv, {S, rows, C}), view(ssc, {S, rows, C}), reset);
     EmitPlan plan = make_plan(m, c.ratio);
     std::vector<float> out(size_t(std::max(1, plan.n) * c.dc));
     CompressorArgs ha;
-    ha.a = host_view(a, {T, C});
-    ha.g = host_view(g, {T, C});
-    if (c.ape) ha.ape = host_view(ape, {c.ratio, C});
-    ha.state_kv = host_view(skv, {S, rows, C});
-    ha.state_score = host_view(ssc, {S, rows, C});
+    ha.a = view(a, {T, C});
+    ha.g = view(g, {T, C});
+    if (c.ape) ha.ape = view(ape, {c.ratio, C});
+    ha.state_kv = view(skv, {S, rows, C});
+    ha.state_score = view(ssc, {S, rows, C});
     ha.ratio = c.ratio;
     ha.overlap = c.overlap;
     ha.dc = c.dc;
-    ha.out = host_view(out, {std::max(1, plan.n), c.dc});
+    ha.out = view(out, {std::max(1, plan.n), c.dc});
     // Device side starts from the same (already reset) state.
     CompressorArgs ga = ha;
     ga.a = devf(a, {T, C});
@@ -215,9 +215,9 @@ TEST_F(CudaParity, Compressor) {
     StepMeta gpm = pm;
     upload_meta(gpm);
     const int64_t nb = 4 * m.n_seqs;
-    auto cache = rnd(size_t(nb * rpb * c.dc), 256);
+    auto cache = random_vec(size_t(nb * rpb * c.dc), 256);
     Tensor gcache = devf(cache, {nb, rpb, c.dc});
-    cpu->paged_write(host_view(out, {plan.n, c.dc}), host_view(cache, {nb, rpb, c.dc}), rpb, plan, pm);
+    cpu->paged_write(view(out, {plan.n, c.dc}), view(cache, {nb, rpb, c.dc}), rpb, plan, pm);
     gpu->paged_write(devf(out, {plan.n, c.dc}), gcache, rpb, gplan, gpm);
     compare("paged_write", sh, down<float>(gcache), cache, 0, 0);
   }

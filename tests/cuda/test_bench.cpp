@@ -47,7 +47,7 @@ TEST_F(CudaBench, DISABLED_Gemms) {
               C{Weight::Kind::BF16, 129280, 4096, 0, 0, 1, "head bf16 T=1"}}) {
     HostWeight hw = make_weight(c.k, c.out, c.in, c.block, 900);
     Weight gw = dev_weight(hw);
-    Tensor x = devf(rnd(size_t(c.T * c.in), 901), {c.T, c.in});
+    Tensor x = devf(random_vec(size_t(c.T * c.in), 901), {c.T, c.in});
     Tensor o = poisoned(DType::F32, {c.T, c.out});
     double ms = time_ms([&] { gpu->linear(x, gw, c.act, o); });
     double wbytes = double(hw.w.size() + hw.scale.size());
@@ -76,11 +76,11 @@ TEST_F(CudaBench, DISABLED_MoeAttentionIndexer) {
   for (int64_t T : {1, 64, 512}) {
     auto idx = rnd_int(size_t(T * 6), 940, 0, int(E - 1));
     MoeExpertsArgs a;
-    a.x = devf(rnd(size_t(T * D), 941), {T, D});
+    a.x = devf(random_vec(size_t(T * D), 941), {T, D});
     a.w1 = &g1;
     a.w2 = &g2;
     a.w3 = &g3;
-    a.route_w = devf(rnd(size_t(T * 6), 942), {T, 6});
+    a.route_w = devf(random_vec(size_t(T * 6), 942), {T, 6});
     a.route_idx = devi(idx, {T, 6});
     a.act_block = 128;
     a.out = poisoned(DType::F32, {T, D});
@@ -95,14 +95,14 @@ TEST_F(CudaBench, DISABLED_MoeAttentionIndexer) {
     std::vector<int32_t> idx(size_t(T * 512));
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 37) % 16384);
     AttnArgs a;
-    a.q = devf(rnd(size_t(T * H * d), 951), {T, H, d});
-    a.kv_new = devf(rnd(size_t(T * d), 952), {T, d});
-    a.ring = devf(rnd(size_t(1 * 128 * d), 953), {1, 128, d});
-    a.comp = devf(rnd(size_t(NB * rpb * d), 954), {NB, rpb, d});
+    a.q = devf(random_vec(size_t(T * H * d), 951), {T, H, d});
+    a.kv_new = devf(random_vec(size_t(T * d), 952), {T, d});
+    a.ring = devf(random_vec(size_t(1 * 128 * d), 953), {1, 128, d});
+    a.comp = devf(random_vec(size_t(NB * rpb * d), 954), {NB, rpb, d});
     a.comp_ratio = 4;
     a.rows_per_block = int(rpb);
     a.comp_idx = devi(idx, {T, 512});
-    a.sink = devf(rnd(size_t(H), 955), {H});
+    a.sink = devf(random_vec(size_t(H), 955), {H});
     a.scale = 0.044f;
     a.out = poisoned(DType::F32, {T, H, d});
     double ms = time_ms([&] { gpu->sparse_attention(a, m); });
@@ -114,9 +114,9 @@ TEST_F(CudaBench, DISABLED_MoeAttentionIndexer) {
     StepMeta m = make_meta({{262140 - int(T) + 1, int(T), 0, block_list(int(NB), 0, 960)}});
     upload_meta(m);
     IndexerArgs a;
-    a.q = devf(rnd(size_t(T * Hi * di), 961), {T, Hi, di});
-    a.w = devf(rnd(size_t(T * Hi), 962), {T, Hi});
-    a.keys = devf(rnd(size_t(NB * rpb * di), 963), {NB, rpb, di});
+    a.q = devf(random_vec(size_t(T * Hi * di), 961), {T, Hi, di});
+    a.w = devf(random_vec(size_t(T * Hi), 962), {T, Hi});
+    a.keys = devf(random_vec(size_t(NB * rpb * di), 963), {NB, rpb, di});
     a.ratio = 4;
     a.rows_per_block = int(rpb);
     a.topk = 512;
@@ -138,7 +138,7 @@ TEST_F(CudaBench, DISABLED_MoeExpertsPrefill) {
     s2.push_back(make_weight(Weight::Kind::FP4, D, I, 32, 971 + 3 * i));
     s3.push_back(make_weight(Weight::Kind::FP4, I, D, 32, 972 + 3 * i));
   }
-  const auto x = rnd(size_t(T * D), 1020), rw = rnd(size_t(T * k), 1021);
+  const auto x = random_vec(size_t(T * D), 1020), rw = random_vec(size_t(T * k), 1021);
   const auto idx = rnd_int(size_t(T * k), 1022, 0, int(E - 1));
   for (bool simt : {false, true}) {
     if (simt) {  // a fresh backend reads DIL_CUDA_MOE; the previous one's buffers go first

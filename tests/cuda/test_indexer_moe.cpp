@@ -10,7 +10,7 @@ namespace {
 
 struct IdxCase {
   const char* what;
-  std::vector<Seq> seqs;
+  std::vector<SeqSpec> seqs;
   int Hi, ratio;
   bool ascending;
   int dup;  // > 0: key rows repeat with this period (exact score ties)
@@ -31,8 +31,8 @@ class CudaIndexer : public CudaParity {
     }
     StepMeta m = make_meta(c.seqs);
     const int64_t T = m.n_tokens, NB = base;
-    auto q = rnd(size_t(T * c.Hi * di), seed + 1), w = rnd(size_t(T * c.Hi), seed + 2);
-    auto keys = rnd(size_t(NB * rpb * di), seed + 3);
+    auto q = random_vec(size_t(T * c.Hi * di), seed + 1), w = random_vec(size_t(T * c.Hi), seed + 2);
+    auto keys = random_vec(size_t(NB * rpb * di), seed + 3);
     if (fp4) {  // before the copies, so duplicated rows stay equal
       fp4_blocks_inplace(*cpu, q, seed + 4);
       fp4_blocks_inplace(*cpu, keys, seed + 5);
@@ -43,15 +43,15 @@ class CudaIndexer : public CudaParity {
     }
     std::vector<int32_t> ref(size_t(T * topk));
     IndexerArgs ha;
-    ha.q = host_view(q, {T, c.Hi, di});
-    ha.w = host_view(w, {T, c.Hi});
-    ha.keys = host_view(keys, {NB, rpb, di});
+    ha.q = view(q, {T, c.Hi, di});
+    ha.w = view(w, {T, c.Hi});
+    ha.keys = view(keys, {NB, rpb, di});
     ha.ratio = c.ratio;
     ha.rows_per_block = rpb;
     ha.topk = topk;
     ha.sort_ascending = c.ascending;
     ha.fp4_blocks = fp4;
-    ha.out_idx = host_view(ref, {T, topk});
+    ha.out_idx = view(ref, {T, topk});
     cpu->indexer_topk(ha, m);
     StepMeta gm = m;
     upload_meta(gm);
@@ -111,7 +111,7 @@ TEST_F(CudaParity, MoeRoute) {
                       RouteCase{"v4 hash E256 T=17", 17, 256, 6, 0.0f, true, false},
                       RouteCase{"ties E256 T=5", 5, 256, 6, 0.0f, false, true},
                       RouteCase{"dspark E128 top3 T=1", 1, 128, 3, 1e-20f, false, false}}) {
-    auto logits = rnd(size_t(c.T * c.E), 401, 3.0f), bias = rnd(size_t(c.E), 402, 0.5f);
+    auto logits = random_vec(size_t(c.T * c.E), 401, 3.0f), bias = random_vec(size_t(c.E), 402, 0.5f);
     if (c.ties) {
       for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(int(i * 7 % 5) - 2) * 0.5f + 0.25f;
       std::fill(bias.begin(), bias.end(), 0.125f);
@@ -122,16 +122,16 @@ TEST_F(CudaParity, MoeRoute) {
     std::vector<float> w(size_t(c.T * c.k));
     std::vector<int32_t> idx(size_t(c.T * c.k));
     MoeRouteArgs ha;
-    ha.logits = host_view(logits, {c.T, c.E});
-    if (!c.hash) ha.bias = host_view(bias, {c.E});
+    ha.logits = view(logits, {c.T, c.E});
+    if (!c.hash) ha.bias = view(bias, {c.E});
     if (c.hash) {
-      ha.tid2eid = host_view(tid2eid, {V, c.k});
-      ha.ids = host_view(ids, {c.T});
+      ha.tid2eid = view(tid2eid, {V, c.k});
+      ha.ids = view(ids, {c.T});
     }
     ha.topk = c.k;
     ha.norm_eps = c.eps;
-    ha.out_w = host_view(w, {c.T, c.k});
-    ha.out_idx = host_view(idx, {c.T, c.k});
+    ha.out_w = view(w, {c.T, c.k});
+    ha.out_idx = view(idx, {c.T, c.k});
     cpu->moe_route(ha);
     MoeRouteArgs ga = ha;
     ga.logits = devf(logits, {c.T, c.E});
@@ -187,7 +187,7 @@ TEST_F(CudaParity, MoeExperts) {
       g2.push_back(d2[e % c.sets]);
       g3.push_back(d3[e % c.sets]);
     }
-    auto x = rnd(size_t(c.T * c.D), 511, 2.0f);
+    auto x = random_vec(size_t(c.T * c.D), 511, 2.0f);
     // Distinct experts per token.
     std::vector<int32_t> ridx(size_t(c.T * c.k));
     std::mt19937 rng(512);
@@ -197,18 +197,18 @@ TEST_F(CudaParity, MoeExperts) {
       std::shuffle(all.begin(), all.end(), rng);
       std::copy_n(all.begin(), c.k, ridx.begin() + t * c.k);
     }
-    auto rw = rnd(size_t(c.T * c.k), 513, 1.0f);
+    auto rw = random_vec(size_t(c.T * c.k), 513, 1.0f);
     std::vector<float> ref(size_t(c.T * c.D));
     MoeExpertsArgs ha;
-    ha.x = host_view(x, {c.T, c.D});
+    ha.x = view(x, {c.T, c.D});
     ha.w1 = &h1;
     ha.w2 = &h2;
     ha.w3 = &h3;
-    ha.route_w = host_view(rw, {c.T, c.k});
-    ha.route_idx = host_view(ridx, {c.T, c.k});
+    ha.route_w = view(rw, {c.T, c.k});
+    ha.route_idx = view(ridx, {c.T, c.k});
     ha.act_block = c.act;
     ha.swiglu_limit = 10.0f;
-    ha.out = host_view(ref, {c.T, c.D});
+    ha.out = view(ref, {c.T, c.D});
     cpu->moe_experts(ha);
     MoeExpertsArgs ga = ha;
     ga.x = devf(x, {c.T, c.D});

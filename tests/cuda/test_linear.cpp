@@ -30,9 +30,9 @@ class CudaLinear : public CudaParity {
   void run(const LinCase& c, uint32_t seed) {
     HostWeight hw = make_weight(c.kind, c.out, c.in, c.block, seed);
     Weight gw = dev_weight(hw);
-    auto x = rnd(size_t(c.T * c.in), seed + 7, 3.0f);
+    auto x = random_vec(size_t(c.T * c.in), seed + 7, 3.0f);
     std::vector<float> ref(size_t(c.T * c.out));
-    cpu->linear(host_view(x, {c.T, c.in}), hw.wt, c.act, host_view(ref, {c.T, c.out}));
+    cpu->linear(view(x, {c.T, c.in}), hw.wt, c.act, view(ref, {c.T, c.out}));
     Tensor go = poisoned(DType::F32, {c.T, c.out});
     gpu->linear(devf(x, {c.T, c.in}), gw, c.act, go);
     // Paths through cuBLASLt (unless DIL_CUDA_GEMM=simt): FP8 128x128 with act 128, BF16.
@@ -103,9 +103,9 @@ TEST_F(CudaParity, GroupedLinearWoA) {
   for (int64_t T : {1, 17}) {
     HostWeight hw = make_weight(Weight::Kind::FP8, 8192, 4096, 128, 141);
     Weight gw = dev_weight(hw);
-    auto x = rnd(size_t(T * 8 * 4096), 142);
+    auto x = random_vec(size_t(T * 8 * 4096), 142);
     std::vector<float> ref(size_t(T * 8 * 1024));
-    cpu->grouped_linear(host_view(x, {T, 8, 4096}), hw.wt, 8, host_view(ref, {T, 8, 1024}));
+    cpu->grouped_linear(view(x, {T, 8, 4096}), hw.wt, 8, view(ref, {T, 8, 1024}));
     Tensor go = poisoned(DType::F32, {T, 8, 1024});
     gpu->grouped_linear(devf(x, {T, 8, 4096}), gw, 8, go);
     compare("grouped_linear simt", "wo_a [8192,4096] G=8 T=" + std::to_string(T), down<float>(go), ref, 0, 0);
@@ -113,9 +113,9 @@ TEST_F(CudaParity, GroupedLinearWoA) {
   // V4.1 wo_a carries 32x32 blocks.
   HostWeight hw = make_weight(Weight::Kind::FP8, 8192, 4096, 32, 143);
   Weight gw = dev_weight(hw);
-  auto x = rnd(size_t(3 * 8 * 4096), 144);
+  auto x = random_vec(size_t(3 * 8 * 4096), 144);
   std::vector<float> ref(size_t(3 * 8 * 1024));
-  cpu->grouped_linear(host_view(x, {3, 8, 4096}), hw.wt, 8, host_view(ref, {3, 8, 1024}));
+  cpu->grouped_linear(view(x, {3, 8, 4096}), hw.wt, 8, view(ref, {3, 8, 1024}));
   Tensor go = poisoned(DType::F32, {3, 8, 1024});
   gpu->grouped_linear(devf(x, {3, 8, 4096}), gw, 8, go);
   compare("grouped_linear simt", "v41 wo_a 32x32 G=8 T=3", down<float>(go), ref, 0, 0);
@@ -124,9 +124,9 @@ TEST_F(CudaParity, GroupedLinearWoA) {
     const int64_t T = 100;
     HostWeight hp = make_weight(Weight::Kind::FP8, 8192, 4096, blk, 145 + blk);
     Weight gp = dev_weight(hp);
-    auto xp = rnd(size_t(T * 8 * 4096), 146);
+    auto xp = random_vec(size_t(T * 8 * 4096), 146);
     std::vector<float> rp(size_t(T * 8 * 1024));
-    cpu->grouped_linear(host_view(xp, {T, 8, 4096}), hp.wt, 8, host_view(rp, {T, 8, 1024}));
+    cpu->grouped_linear(view(xp, {T, 8, 4096}), hp.wt, 8, view(rp, {T, 8, 1024}));
     Tensor gop = poisoned(DType::F32, {T, 8, 1024});
     gpu->grouped_linear(devf(xp, {T, 8, 4096}), gp, 8, gop, /*split_bf16=*/true);
     const bool lt = !simt_only();

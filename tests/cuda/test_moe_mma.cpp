@@ -147,8 +147,8 @@ class CudaMoeMma : public CudaParity {
       g2.push_back(d2[e % c.sets]);
       g3.push_back(d3[e % c.sets]);
     }
-    auto x = rnd(size_t(T * D), seed + 100, 2.0f);
-    auto rw = rnd(size_t(T * k), seed + 101, 1.0f);
+    auto x = random_vec(size_t(T * D), seed + 100, 2.0f);
+    auto rw = random_vec(size_t(T * k), seed + 101, 1.0f);
     const float lim = 10.0f;
     std::vector<int32_t> ridx = c.r.idx;
 
@@ -178,15 +178,15 @@ class CudaMoeMma : public CudaParity {
       std::copy_n(got_all.begin() + t * D, D, got.begin() + j * D);
     }
     MoeExpertsArgs ha;
-    ha.x = host_view(xc, {C, D});
+    ha.x = view(xc, {C, D});
     ha.w1 = &h1;
     ha.w2 = &h2;
     ha.w3 = &h3;
-    ha.route_w = host_view(rwc, {C, int64_t(k)});
-    ha.route_idx = host_view(ic, {C, int64_t(k)});
+    ha.route_w = view(rwc, {C, int64_t(k)});
+    ha.route_idx = view(ic, {C, int64_t(k)});
     ha.act_block = c.act;
     ha.swiglu_limit = lim;
-    ha.out = host_view(ref, {C, D});
+    ha.out = view(ref, {C, D});
     cpu->moe_experts(ha);
 
     // Replay of the reference with the bound of every output element (steps 1-6).

@@ -11,7 +11,7 @@ namespace {
 
 struct CandCase {
   const char* what;
-  std::vector<Seq> seqs;
+  std::vector<SeqSpec> seqs;
   int cand_block, cand_topk, topk;
   int dup;  // > 0: key rows repeat with this period (exact row and block score ties)
 };
@@ -32,7 +32,7 @@ class CudaV41Indexer : public CudaParity {
     }
     StepMeta m = make_meta(c.seqs);
     const int64_t T = m.n_tokens, NB = base, CT = c.cand_topk, K = c.topk;
-    auto keys = rnd(size_t(NB * rpb * di), seed + 3);
+    auto keys = random_vec(size_t(NB * rpb * di), seed + 3);
     if (fp4) fp4_blocks_inplace(*cpu, keys, seed + 5);  // before the copies: duplicates stay equal
     if (c.dup) {
       for (int64_t r = 0; r < NB * rpb; ++r) std::copy_n(keys.begin() + (r % c.dup) * di, di, keys.begin() + r * di);
@@ -42,13 +42,13 @@ class CudaV41Indexer : public CudaParity {
     Tensor gkeys = devf(keys, {NB, rpb, di});
     std::vector<int32_t> cand(size_t(T * CT));
     for (int layer = 0; layer < 2; ++layer) {  // 0: candidate source, 1: Reindex
-      auto q = rnd(size_t(T * Hi * di), seed + 10 * layer + 1), w = rnd(size_t(T * Hi), seed + 10 * layer + 2);
+      auto q = random_vec(size_t(T * Hi * di), seed + 10 * layer + 1), w = random_vec(size_t(T * Hi), seed + 10 * layer + 2);
       if (fp4) fp4_blocks_inplace(*cpu, q, seed + 10 * layer + 4);
       std::vector<int32_t> ref(size_t(T * K));
       IndexerArgs ha;
-      ha.q = host_view(q, {T, Hi, di});
-      ha.w = host_view(w, {T, Hi});
-      ha.keys = host_view(keys, {NB, rpb, di});
+      ha.q = view(q, {T, Hi, di});
+      ha.w = view(w, {T, Hi});
+      ha.keys = view(keys, {NB, rpb, di});
       ha.ratio = ratio;
       ha.rows_per_block = rpb;
       ha.topk = int(K);
@@ -56,9 +56,9 @@ class CudaV41Indexer : public CudaParity {
       ha.fp4_blocks = fp4;
       ha.cand_block = c.cand_block;
       ha.cand_topk = c.cand_topk;
-      if (layer == 0) ha.cand_out = host_view(cand, {T, CT});
-      if (layer == 1) ha.cand_in = host_view(cand, {T, CT});
-      ha.out_idx = host_view(ref, {T, K});
+      if (layer == 0) ha.cand_out = view(cand, {T, CT});
+      if (layer == 1) ha.cand_in = view(cand, {T, CT});
+      ha.out_idx = view(ref, {T, K});
       cpu->indexer_topk(ha, m);
       IndexerArgs ga = ha;
       ga.q = devf(q, {T, Hi, di});
@@ -115,21 +115,21 @@ TEST_F(CudaParity, MoeRouteImageSpan) {
     int k;
   };
   for (Case c : {Case{"v41 E384 top6 T=17 mixed", 17, 384, 6}, Case{"v41 E384 top6 T=1 image", 1, 384, 6}}) {
-    auto logits = rnd(size_t(c.T * c.E), 601, 3.0f), bias = rnd(size_t(c.E), 602, 0.5f);
-    auto bias_vl = rnd(size_t(c.E), 603, 2.0f);  // large enough to change the selection
+    auto logits = random_vec(size_t(c.T * c.E), 601, 3.0f), bias = random_vec(size_t(c.E), 602, 0.5f);
+    auto bias_vl = random_vec(size_t(c.E), 603, 2.0f);  // large enough to change the selection
     auto mask = rnd_int(size_t(c.T), 604, 0, 2);  // 0: text, 1 and 2: image span
     if (c.T == 1) mask[0] = 1;
     std::vector<float> w(size_t(c.T * c.k));
     std::vector<int32_t> idx(size_t(c.T * c.k));
     MoeRouteArgs ha;
-    ha.logits = host_view(logits, {c.T, c.E});
-    ha.bias = host_view(bias, {c.E});
-    ha.bias_vl = host_view(bias_vl, {c.E});
-    ha.image_mask = host_view(mask, {c.T});
+    ha.logits = view(logits, {c.T, c.E});
+    ha.bias = view(bias, {c.E});
+    ha.bias_vl = view(bias_vl, {c.E});
+    ha.image_mask = view(mask, {c.T});
     ha.topk = c.k;
     ha.norm_eps = 1e-20f;
-    ha.out_w = host_view(w, {c.T, c.k});
-    ha.out_idx = host_view(idx, {c.T, c.k});
+    ha.out_w = view(w, {c.T, c.k});
+    ha.out_idx = view(idx, {c.T, c.k});
     cpu->moe_route(ha);
     MoeRouteArgs ga = ha;
     ga.logits = devf(logits, {c.T, c.E});
@@ -152,13 +152,13 @@ TEST_F(CudaParity, EngramMix) {
   };
   for (Case c : {Case{"v41 T=17 n4 D5120 mask", 17, 4, 5120, true}, Case{"v41 T=1 n4 D5120", 1, 4, 5120, false},
                  Case{"T=3 n2 D7 mask", 3, 2, 7, true}}) {
-    auto X = rnd(size_t(c.T * c.n * c.D), 701, 2.0f), kv = rnd(size_t(c.T * (c.n + 1) * c.D), 702);
-    auto qk = rnd(size_t(c.n * c.D), 703);
+    auto X = random_vec(size_t(c.T * c.n * c.D), 701, 2.0f), kv = random_vec(size_t(c.T * (c.n + 1) * c.D), 702);
+    auto qk = random_vec(size_t(c.n * c.D), 703);
     auto mask = rnd_int(size_t(c.T), 704, 0, 1);
     std::vector<float> ref(X.size());
-    Tensor hm = c.mask ? host_view(mask, {c.T}) : Tensor();
-    cpu->engram_mix(host_view(X, {c.T, c.n, c.D}), host_view(kv, {c.T, (c.n + 1) * c.D}), host_view(qk, {c.n, c.D}),
-                    hm, 1e-6f, host_view(ref, {c.T, c.n, c.D}));
+    Tensor hm = c.mask ? view(mask, {c.T}) : Tensor();
+    cpu->engram_mix(view(X, {c.T, c.n, c.D}), view(kv, {c.T, (c.n + 1) * c.D}), view(qk, {c.n, c.D}),
+                    hm, 1e-6f, view(ref, {c.T, c.n, c.D}));
     Tensor out = poisoned(DType::F32, {c.T, c.n, c.D});
     Tensor gmask = c.mask ? devi(mask, {c.T}) : Tensor();
     gpu->engram_mix(devf(X, {c.T, c.n, c.D}), devf(kv, {c.T, (c.n + 1) * c.D}), devf(qk, {c.n, c.D}), gmask, 1e-6f,
