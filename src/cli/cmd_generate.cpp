@@ -21,14 +21,9 @@ int cmd_generate(int argc, char** argv) {
   int launcher_status = 0;
   auto run = start_dist(args, argc, argv, &launcher_status);
   if (!run) return launcher_status;
-  ModelOptions opt;
-  opt.numerics = parse_numerics(args.get("mode", "official"));
-  opt.comm = run->comm.get();
-  auto model = load_model(args.need("model"), *run->be, opt);
+  auto model = load_dist_model(args, *run);
   const auto& cfg = model->config();
-  for (const auto& p : prompts)
-    for (int32_t t : p)
-      if (t < 0 || t >= cfg.vocab_size) DIL_FAIL("token id ", t, " outside the vocabulary [0, ", cfg.vocab_size, ")");
+  check_token_ids(prompts, cfg.vocab_size);
   const bool plain = prompts.size() == 1 && run->size() == 1;
 
   // This rank's prompts, one after another; every step is taken in lockstep with the others.

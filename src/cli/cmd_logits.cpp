@@ -30,17 +30,13 @@ int cmd_logits(int argc, char** argv) {
   int launcher_status = 0;
   auto run = start_dist(args, argc, argv, &launcher_status);
   if (!run) return launcher_status;
-  ModelOptions opt;
-  opt.numerics = parse_numerics(args.get("mode", "official"));
-  opt.comm = run->comm.get();
-  auto model = load_model(args.need("model"), *run->be, opt);
+  auto model = load_dist_model(args, *run);
   const int64_t V = model->config().vocab_size;
+  check_token_ids(seqs, V);
 
   // Chunk sizes of every sequence.
   std::vector<std::vector<int>> plans;
   for (const auto& ids : seqs) {
-    for (int32_t t : ids)
-      if (t < 0 || t >= V) DIL_FAIL("token id ", t, " outside the vocabulary [0, ", V, ")");
     std::vector<int> chunks;
     if (args.has("chunks")) {
       if (seqs.size() > 1) DIL_FAIL("--chunks takes one sequence");

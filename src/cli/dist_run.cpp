@@ -25,6 +25,19 @@ std::unique_ptr<DistRun> start_dist(const Args& args, int argc, char** argv, int
   return r;
 }
 
+std::unique_ptr<Model> load_dist_model(const Args& args, DistRun& run) {
+  ModelOptions opt;
+  opt.numerics = parse_numerics(args.get("mode", "official"));
+  opt.comm = run.comm.get();
+  return load_model(args.need("model"), *run.be, opt);
+}
+
+void check_token_ids(const std::vector<std::vector<int32_t>>& lists, int64_t vocab) {
+  for (const auto& l : lists)
+    for (int32_t t : l)
+      if (t < 0 || t >= vocab) DIL_FAIL("token id ", t, " outside the vocabulary [0, ", vocab, ")");
+}
+
 bool lockstep(Model& model, Communicator* comm, SingleSequence* seq, const std::vector<int32_t>& tokens,
               bool all_logits, std::vector<float>* logits) {
   if (!comm) {

@@ -31,6 +31,12 @@ struct DistRun {
 std::unique_ptr<DistRun> start_dist(const Args& args, int argc, char** argv, int* launcher_status,
                                     const char* default_device = "cpu", int nproc = 0);
 
+// The model of --model on this rank's backend, with --mode numerics and expert parallelism
+// over the job's ranks.
+std::unique_ptr<Model> load_dist_model(const Args& args, DistRun& run);
+// Every id of `lists` inside [0, vocab) (dil::Error naming the first that is not).
+void check_token_ids(const std::vector<std::vector<int32_t>>& lists, int64_t vocab);
+
 // One step of this rank: `tokens` into `seq` (empty tokens: an idle step; seq may then be
 // null). Returns false, running nothing, when no rank had tokens.
 bool lockstep(Model& model, Communicator* comm, SingleSequence* seq, const std::vector<int32_t>& tokens,
