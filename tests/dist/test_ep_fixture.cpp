@@ -68,21 +68,9 @@ std::vector<std::vector<float>> run_ep(const std::vector<Work>& work, const std:
   return out;
 }
 
+// The same work on one rank (the fixture's own single-rank model).
 std::vector<float> run_single(const Work& w, const std::string& dir = kDir) {
-  auto be = make_backend(BackendKind::CPU);
-  ModelOptions o;
-  o.numerics = Numerics::Reference;
-  auto model = load_model(dir, *be, o);
-  SingleSequence seq(*model, int(w.ids.size()));
-  std::vector<float> all;
-  size_t pos = 0;
-  for (int c : w.chunks) {
-    std::vector<int32_t> part(w.ids.begin() + ptrdiff_t(pos), w.ids.begin() + ptrdiff_t(pos) + c);
-    auto lg = seq.feed(part, true);
-    all.insert(all.end(), lg.begin(), lg.end());
-    pos += size_t(c);
-  }
-  return all;
+  return ModelFixture(dir, Numerics::Reference, "reference.safetensors").run(w.ids, w.chunks);
 }
 
 void expect_same(const std::vector<float>& got, const std::vector<float>& want, int64_t V, const std::string& what) {
@@ -95,12 +83,6 @@ void expect_same(const std::vector<float>& got, const std::vector<float>& want, 
   EXPECT_EQ(d.argmax_agree, d.rows) << what;
 }
 
-std::vector<int> steps(int prefill, int total) {
-  std::vector<int> c{prefill};
-  for (int i = prefill; i < total; ++i) c.push_back(1);
-  return c;
-}
-
 }  // namespace
 
 // Each rank runs a different sequence with different step shapes: rank 0 a 130-token prefill
@@ -111,7 +93,7 @@ TEST(ExpertParallel, TwoRanksDifferentSequencesMatchOneRank) {
   const int64_t V = int64_t(f32_of(ref, "seq0.logits").size() / ids_of(ref, "seq0.input_ids").size());
   Work w0{ids_of(ref, "seq1.input_ids"), {}};
   w0.chunks = {int(w0.ids.size()) - 30, 30};
-  Work w1{ids_of(ref, "seq0.input_ids"), steps(3, int(ids_of(ref, "seq0.input_ids").size()))};
+  Work w1{ids_of(ref, "seq0.input_ids"), single_steps(3, int(ids_of(ref, "seq0.input_ids").size()))};
   auto ep = run_ep({w0, w1});
   expect_same(ep[0], run_single(w0), V, "rank 0 seq1 vs 1 rank");
   expect_same(ep[1], run_single(w1), V, "rank 1 seq0 vs 1 rank");
@@ -128,7 +110,7 @@ TEST(ExpertParallel, IdleRankJoinsEveryStep) {
   auto gen = ids_of(ref, "decode.generated_ids");
   std::vector<int32_t> ids = prompt;
   ids.insert(ids.end(), gen.begin(), gen.end() - 1);
-  Work w0{ids, steps(int(prompt.size()), int(ids.size()))};
+  Work w0{ids, single_steps(int(prompt.size()), int(ids.size()))};
   const int64_t V = int64_t(f32_of(ref, "decode.logits").size() / gen.size());
   auto ep = run_ep({w0, Work{}});
   EXPECT_TRUE(ep[1].empty());
@@ -152,7 +134,7 @@ TEST(ExpertParallel, V41TwoRanksMatchOneRank) {
   const int64_t V = int64_t(f32_of(ref, "seq0.logits").size() / ids_of(ref, "seq0.input_ids").size());
   Work w0{ids_of(ref, "seq1.input_ids"), {}};
   w0.chunks = {int(w0.ids.size()) - 30, 30};
-  Work w1{ids_of(ref, "seq0.input_ids"), steps(3, int(ids_of(ref, "seq0.input_ids").size()))};
+  Work w1{ids_of(ref, "seq0.input_ids"), single_steps(3, int(ids_of(ref, "seq0.input_ids").size()))};
   auto ep = run_ep({w0, w1}, kDir41);
   expect_same(ep[0], run_single(w0, kDir41), V, "v41 rank 0 seq1 vs 1 rank");
   expect_same(ep[1], run_single(w1, kDir41), V, "v41 rank 1 seq0 vs 1 rank");

@@ -3,10 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/safetensors.h"
+#include "model/model.h"
+#include "model/single_sequence.h"
 
 namespace dil::test {
 
@@ -58,6 +63,80 @@ inline Diff compare_logits(const std::vector<float>& got, const std::vector<floa
   }
   d.total_rel_l2 = std::sqrt(num_all / den_all);
   return d;
+}
+
+// A model of a fixture folder on the CPU backend with one of its reference files.
+struct ModelFixture {
+  std::unique_ptr<Backend> be = make_backend(BackendKind::CPU);
+  std::unique_ptr<Model> model;
+  SafeTensors ref;
+  int64_t V;
+  ModelFixture(const std::string& dir, Numerics n, const std::string& ref_file)
+      : ref(SafeTensors::open(dir + "/" + ref_file)) {
+    ModelOptions o;
+    o.numerics = n;
+    model = load_model(dir, *be, o);
+    V = model->config().vocab_size;
+  }
+  // Logits of every position, feeding `ids` in the given chunk sizes.
+  std::vector<float> run(const std::vector<int32_t>& ids, const std::vector<int>& chunks) {
+    SingleSequence seq(*model, int(ids.size()));
+    std::vector<float> all;
+    size_t pos = 0;
+    for (int c : chunks) {
+      std::vector<int32_t> part(ids.begin() + ptrdiff_t(pos), ids.begin() + ptrdiff_t(pos) + c);
+      auto lg = seq.feed(part, true);
+      all.insert(all.end(), lg.begin(), lg.end());
+      pos += size_t(c);
+    }
+    EXPECT_EQ(pos, ids.size());
+    return all;
+  }
+};
+
+inline void expect_within(const Diff& d, double max_abs, double rel_l2, const std::string& what) {
+  EXPECT_LE(d.max_abs, max_abs) << what << ": worst position " << d.worst_pos;
+  EXPECT_LE(d.max_rel_l2, rel_l2) << what << ": worst position " << d.worst_pos;
+  std::printf("[%s] rows %d  max|d| %.3e  worst rel L2 %.3e (pos %d)  total rel L2 %.3e  argmax agree %d/%d\n",
+              what.c_str(), d.rows, d.max_abs, d.max_rel_l2, d.worst_pos, d.total_rel_l2, d.argmax_agree, d.rows);
+}
+
+// Chunk sizes: a prefill of `prefill` tokens, then single tokens up to `total`.
+inline std::vector<int> single_steps(int prefill, int total) {
+  std::vector<int> c{prefill};
+  for (int i = prefill; i < total; ++i) c.push_back(1);
+  return c;
+}
+
+// The fixture comparisons for one numerics mode: seq0..2 whole, seq2 in chunks (100, 37, 263)
+// and as a 20-token prefill + single steps, and the prompt + decode sequence, each within
+// (max_abs, rel_l2) of `ref_file`'s logits.
+inline void check_mode(const std::string& dir, Numerics mode, const std::string& ref_file, double max_abs,
+                       double rel_l2, const std::string& tag) {
+  ModelFixture f(dir, mode, ref_file);
+  for (int i = 0; i < 3; ++i) {
+    auto ids = ids_of(f.ref, "seq" + std::to_string(i) + ".input_ids");
+    auto want = f32_of(f.ref, "seq" + std::to_string(i) + ".logits");
+    expect_within(compare_logits(f.run(ids, {int(ids.size())}), want, f.V), max_abs, rel_l2,
+                  tag + " seq" + std::to_string(i) + " full");
+  }
+  auto ids = ids_of(f.ref, "seq2.input_ids");
+  auto want = f32_of(f.ref, "seq2.logits");
+  ASSERT_EQ(ids.size(), 400u);
+  expect_within(compare_logits(f.run(ids, {100, 37, 263}), want, f.V), max_abs, rel_l2, tag + " seq2 chunks 100,37,263");
+  expect_within(compare_logits(f.run(ids, single_steps(20, 400)), want, f.V), max_abs, rel_l2,
+                tag + " seq2 prefill 20 + 380 steps");
+  // Decode: prefill the prompt, then feed the generated ids one at a time.
+  auto prompt = ids_of(f.ref, "decode.input_ids");
+  auto gen = ids_of(f.ref, "decode.generated_ids");
+  auto dwant = f32_of(f.ref, "decode.logits");
+  SingleSequence seq(*f.model, int(prompt.size() + gen.size()));
+  std::vector<float> got = seq.feed(prompt, false);
+  for (size_t j = 0; j + 1 < gen.size(); ++j) {
+    auto lg = seq.feed({gen[j]}, false);
+    got.insert(got.end(), lg.begin(), lg.end());
+  }
+  expect_within(compare_logits(got, dwant, f.V), max_abs, rel_l2, tag + " decode");
 }
 
 }  // namespace dil::test

@@ -19,78 +19,8 @@ using namespace dil::test;
 
 static const std::string kDir41 = std::string(DIL_SOURCE_DIR) + "/tests/data/v41-tiny";
 
-namespace {
-
-struct Fixture41 {
-  std::unique_ptr<Backend> be = make_backend(BackendKind::CPU);
-  std::unique_ptr<Model> model;
-  SafeTensors ref;
-  int64_t V;
-  Fixture41(Numerics n, const std::string& ref_file) : ref(SafeTensors::open(kDir41 + "/" + ref_file)) {
-    ModelOptions o;
-    o.numerics = n;
-    model = load_model(kDir41, *be, o);
-    V = model->config().vocab_size;
-  }
-  std::vector<float> run(const std::vector<int32_t>& ids, const std::vector<int>& chunks) {
-    SingleSequence seq(*model, int(ids.size()));
-    std::vector<float> all;
-    size_t pos = 0;
-    for (int c : chunks) {
-      std::vector<int32_t> part(ids.begin() + ptrdiff_t(pos), ids.begin() + ptrdiff_t(pos) + c);
-      auto lg = seq.feed(part, true);
-      all.insert(all.end(), lg.begin(), lg.end());
-      pos += size_t(c);
-    }
-    EXPECT_EQ(pos, ids.size());
-    return all;
-  }
-};
-
-void expect_within41(const Diff& d, double max_abs, double rel_l2, const std::string& what) {
-  EXPECT_LE(d.max_abs, max_abs) << what << ": worst position " << d.worst_pos;
-  EXPECT_LE(d.max_rel_l2, rel_l2) << what << ": worst position " << d.worst_pos;
-  std::printf("[v41 %s] rows %d  max|d| %.3e  worst rel L2 %.3e (pos %d)  total rel L2 %.3e  argmax agree %d/%d\n",
-              what.c_str(), d.rows, d.max_abs, d.max_rel_l2, d.worst_pos, d.total_rel_l2, d.argmax_agree, d.rows);
-}
-
-std::vector<int> steps41(int prefill, int total) {
-  std::vector<int> c{prefill};
-  for (int i = prefill; i < total; ++i) c.push_back(1);
-  return c;
-}
-
-void check_mode41(Numerics mode, const std::string& ref_file, double max_abs, double rel_l2, const std::string& tag) {
-  Fixture41 f(mode, ref_file);
-  for (int i = 0; i < 3; ++i) {
-    auto ids = ids_of(f.ref, "seq" + std::to_string(i) + ".input_ids");
-    auto want = f32_of(f.ref, "seq" + std::to_string(i) + ".logits");
-    expect_within41(compare_logits(f.run(ids, {int(ids.size())}), want, f.V), max_abs, rel_l2,
-                    tag + " seq" + std::to_string(i) + " full");
-  }
-  auto ids = ids_of(f.ref, "seq2.input_ids");
-  auto want = f32_of(f.ref, "seq2.logits");
-  ASSERT_EQ(ids.size(), 400u);
-  expect_within41(compare_logits(f.run(ids, {100, 37, 263}), want, f.V), max_abs, rel_l2,
-                  tag + " seq2 chunks 100,37,263");
-  expect_within41(compare_logits(f.run(ids, steps41(20, 400)), want, f.V), max_abs, rel_l2,
-                  tag + " seq2 prefill 20 + 380 steps");
-  auto prompt = ids_of(f.ref, "decode.input_ids");
-  auto gen = ids_of(f.ref, "decode.generated_ids");
-  auto dwant = f32_of(f.ref, "decode.logits");
-  SingleSequence seq(*f.model, int(prompt.size() + gen.size()));
-  std::vector<float> got = seq.feed(prompt, false);
-  for (size_t j = 0; j + 1 < gen.size(); ++j) {
-    auto lg = seq.feed({gen[j]}, false);
-    got.insert(got.end(), lg.begin(), lg.end());
-  }
-  expect_within41(compare_logits(got, dwant, f.V), max_abs, rel_l2, tag + " decode");
-}
-
-}  // namespace
-
 TEST(V41Fixture, ReferenceModeMatchesHF) {
-  check_mode41(Numerics::Reference, "reference.safetensors", 2e-3, 1e-4, "reference");
+  check_mode(kDir41, Numerics::Reference, "reference.safetensors", 2e-3, 1e-4, "reference");
 }
 
 // Official mode, part that agrees with DeepSeek's code: the 7-token prompt, where every
@@ -99,23 +29,23 @@ TEST(V41Fixture, ReferenceModeMatchesHF) {
 // max |d| 9.5e-7, relative L2 2.0e-7 (float32 vs the oracle's float64 accumulation); bound 1e-5 /
 // 1e-6 leaves 10x for summation-order noise and still catches any quantizer error (~1e-2).
 TEST(V41Fixture, OfficialModeShortPromptMatchesDeepSeek) {
-  Fixture41 f(Numerics::Official, "reference-official.safetensors");
+  ModelFixture f(kDir41, Numerics::Official, "reference-official.safetensors");
   auto ids = ids_of(f.ref, "seq0.input_ids");
-  expect_within41(compare_logits(f.run(ids, {int(ids.size())}), f32_of(f.ref, "seq0.logits"), f.V), 1e-5, 1e-6,
+  expect_within(compare_logits(f.run(ids, {int(ids.size())}), f32_of(f.ref, "seq0.logits"), f.V), 1e-5, 1e-6,
                   "official seq0 full");
 }
 
 // Official mode: chunked prefill and single-token steps must reproduce the engine's own full
 // forward (the quantizers are per row / per token, so nothing may depend on the chunking).
 TEST(V41Fixture, OfficialModeChunksAndStepsEqualFullForward) {
-  Fixture41 f(Numerics::Official, "reference-official.safetensors");
+  ModelFixture f(kDir41, Numerics::Official, "reference-official.safetensors");
   auto ids = ids_of(f.ref, "seq2.input_ids");
   std::vector<float> full = f.run(ids, {int(ids.size())});
-  expect_within41(compare_logits(f.run(ids, {100, 37, 263}), full, f.V), 1e-5, 1e-6, "official chunks vs own full");
+  expect_within(compare_logits(f.run(ids, {100, 37, 263}), full, f.V), 1e-5, 1e-6, "official chunks vs own full");
   // Single steps over the first 160 positions (causal: rows 0..159 of the 400-token forward).
   std::vector<int32_t> head(ids.begin(), ids.begin() + 160);
   std::vector<float> full_head(full.begin(), full.begin() + ptrdiff_t(160 * f.V));
-  expect_within41(compare_logits(f.run(head, steps41(20, 160)), full_head, f.V), 1e-5, 1e-6,
+  expect_within(compare_logits(f.run(head, single_steps(20, 160)), full_head, f.V), 1e-5, 1e-6,
                   "official steps vs own full");
 }
 
@@ -133,7 +63,7 @@ TEST(V41Fixture, OfficialModeChunksAndStepsEqualFullForward) {
 // allowed), totals 0.2 (sequences) / 0.3 (decode), argmax >= 85% / 55%, and always closer to the
 // official logits than to the unquantized ones.
 TEST(V41Fixture, OfficialModeMatchesDeepSeekCode) {
-  Fixture41 f(Numerics::Official, "reference-official.safetensors");
+  ModelFixture f(kDir41, Numerics::Official, "reference-official.safetensors");
   SafeTensors hf = SafeTensors::open(kDir41 + "/reference.safetensors");
   for (int i = 1; i < 3; ++i) {
     const std::string k = "seq" + std::to_string(i);
