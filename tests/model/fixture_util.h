@@ -92,6 +92,17 @@ struct ModelFixture {
     EXPECT_EQ(pos, ids.size());
     return all;
   }
+  // Logits of the prompt's last position and of each generated id fed back one at a time
+  // (all but the last): the rows a greedy decode of `gen` produced.
+  std::vector<float> decode(const std::vector<int32_t>& prompt, const std::vector<int32_t>& gen) {
+    SingleSequence seq(*model, int(prompt.size() + gen.size()));
+    std::vector<float> got = seq.feed(prompt, false);
+    for (size_t j = 0; j + 1 < gen.size(); ++j) {
+      auto lg = seq.feed({gen[j]}, false);
+      got.insert(got.end(), lg.begin(), lg.end());
+    }
+    return got;
+  }
 };
 
 inline void expect_within(const Diff& d, double max_abs, double rel_l2, const std::string& what) {
@@ -130,12 +141,7 @@ inline void check_mode(const std::string& dir, Numerics mode, const std::string&
   auto prompt = ids_of(f.ref, "decode.input_ids");
   auto gen = ids_of(f.ref, "decode.generated_ids");
   auto dwant = f32_of(f.ref, "decode.logits");
-  SingleSequence seq(*f.model, int(prompt.size() + gen.size()));
-  std::vector<float> got = seq.feed(prompt, false);
-  for (size_t j = 0; j + 1 < gen.size(); ++j) {
-    auto lg = seq.feed({gen[j]}, false);
-    got.insert(got.end(), lg.begin(), lg.end());
-  }
+  std::vector<float> got = f.decode(prompt, gen);
   expect_within(compare_logits(got, dwant, f.V), max_abs, rel_l2, tag + " decode");
 }
 

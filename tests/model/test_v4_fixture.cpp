@@ -55,12 +55,7 @@ TEST(V4Fixture, OfficialModeMatchesDeepSeekCode) {
   // Decode: prefill the prompt, then single-token steps; the official decode path.
   auto prompt = ids_of(f.ref, "decode.input_ids");
   auto gen = ids_of(f.ref, "decode.generated_ids");
-  SingleSequence seq(*f.model, int(prompt.size() + gen.size()));
-  std::vector<float> got = seq.feed(prompt, false);
-  for (size_t j = 0; j + 1 < gen.size(); ++j) {
-    auto lg = seq.feed({gen[j]}, false);
-    got.insert(got.end(), lg.begin(), lg.end());
-  }
+  std::vector<float> got = f.decode(prompt, gen);
   Diff d = compare_logits(got, f32_of(f.ref, "decode.logits"), f.V);
   std::printf("[official decode] total rel L2 %.3e  argmax agree %d/%d\n", d.total_rel_l2, d.argmax_agree, d.rows);
   EXPECT_LE(d.total_rel_l2, 0.2);
