@@ -52,24 +52,28 @@ async def one_stream(client, url, i):
     return usage["completion_tokens"]
 
 
-def test_256_concurrent_streams_x4(server):
-    """256 clients on their own keep-alive connections, each streaming 4 requests in turn
-    (in 4 rounds, so RSS can be read between rounds)."""
+def test_256_concurrent_streams_x6(server):
+    """256 clients on their own keep-alive connections, each streaming 6 requests in turn
+    (in 6 rounds, so RSS can be read between rounds: the idle level wobbles by up to ~20 MiB
+    from round to round with glibc's per-thread arenas, so the later rounds are compared with
+    the peak of several earlier ones; 10 rounds measured 294, 315, 319, 317, 311, 310, 313,
+    314, 304, 312 MiB: no growth)."""
     url = server.base + "/v1/chat/completions"
     cold = rss_kib(server.proc.pid)
     rss, total = [], 0
     t0 = time.time()
-    asyncio.run(_rounds(url, 256, 4, server, rss, lambda n: None))
+    rounds = 6
+    asyncio.run(_rounds(url, 256, rounds, server, rss, lambda n: None))
     elapsed = time.time() - t0
     m = server.metrics()
     total = m["vllm:generation_tokens_total"]
-    print(f"\n256 clients x 4 streams: {elapsed:.1f} s, {total:.0f} tokens generated; "
+    print(f"\n256 clients x {rounds} streams: {elapsed:.1f} s, {total:.0f} tokens generated; "
           f"RSS cold idle {cold / 1024:.0f} MiB, idle after each round "
           + ", ".join(f"{r / 1024:.0f}" for r in rss) + " MiB")
     assert server.alive()
     assert m['vllm:request_success_total{model_name="tiny-v4",finished_reason="error"}'] == 0
     assert m['vllm:request_success_total{model_name="tiny-v4",finished_reason="abort"}'] == 0
-    assert sum(v for k, v in m.items() if k.startswith("vllm:request_success_total{")) >= 1024
+    assert sum(v for k, v in m.items() if k.startswith("vllm:request_success_total{")) >= 256 * rounds
     # All request state is gone: no generation held, no KV block in use.
     assert m["vllm:num_requests_running"] == 0 and m["dil:requests_in_flight"] == 0
     assert m["dil:kv_blocks_used"] == 0
