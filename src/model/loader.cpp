@@ -10,27 +10,32 @@
 
 namespace dil {
 
-Numerics parse_numerics(const std::string& s) {
-  if (s == "official") return Numerics::Official;
-  if (s == "reference") return Numerics::Reference;
-  DIL_FAIL("unknown numerics mode '", s, "' (expected official or reference)");
-}
-
 namespace {
 bool has_prefix(const SafeTensors& st, const std::string& prefix) {
   auto it = st.entries().lower_bound(prefix);
   return it != st.entries().end() && it->first.rfind(prefix, 0) == 0;
 }
+// The kernel plan for the model's op sites, resolved and installed before any weight is bound:
+// a request nothing can run fails here, naming the site and the unmet requirements.
+void plan_for(const ModelConfig& cfg, Backend& be, const ModelOptions& opt) {
+  be.install_plan(be.make_plan(model_op_sites(cfg, opt.numerics, opt.layers), opt.numerics));
+}
 }  // namespace
+
+ModelConfig load_model_config(const std::string& dir) {
+  namespace fs = std::filesystem;
+  return load_config(fs::is_directory(dir) ? (fs::path(dir) / "config.json").string() : dir);
+}
 
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const ModelOptions& opt) {
   namespace fs = std::filesystem;
   std::unique_ptr<SafeTensors> st;
   ModelConfig cfg;
   if (opt.load_format == "dummy") {
-    cfg = load_config(fs::is_directory(dir) ? (fs::path(dir) / "config.json").string() : dir);
+    cfg = load_model_config(dir);
     for (int L : opt.layers)
       if (L < 0 || L >= cfg.n_layers) DIL_FAIL("layer ", L, " outside [0, ", cfg.n_layers, ")");
+    plan_for(cfg, be, opt);
     // Expert parallelism: only this rank's experts (the model binds no others).
     int e_lo = 0, e_hi = -1;
     if (opt.comm && opt.comm->size() > 1) {
@@ -56,6 +61,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
     if (rep.errors.size() > 20) msg += "\n  ...";
     DIL_FAIL(msg);
   }
+  plan_for(cfg, be, opt);
   if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
   const std::string tok = (fs::path(dir) / "tokenizer.json").string();
   if (!cfg.engram_layers.empty() && !fs::exists(tok))

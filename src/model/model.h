@@ -7,15 +7,13 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/numerics.h"
 #include "model/config.h"
 #include "model/profiler.h"
 
 namespace dil {
 
 class Communicator;  // dist/communicator.h
-
-enum class Numerics { Official, Reference };
-Numerics parse_numerics(const std::string& s);  // "official" | "reference"; throws dil::Error
 
 struct ModelOptions {
   Numerics numerics = Numerics::Official;
@@ -82,7 +80,17 @@ class Model {
   StepProfiler* prof_ = nullptr;
 };
 
-// Loads config.json + safetensors from `dir`, validates every tensor, builds the model on `be`.
+// Loads config.json + safetensors from `dir`, validates every tensor, resolves the backend's
+// kernel plan for the model's op sites (failing before any weight is bound when nothing can run
+// one) and installs it, then builds the model on `be`.
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const ModelOptions& opt);
+
+// Every op site of the model the config describes (backend/plan.h), in the numerics mode, for
+// the given backbone layers (empty: all): what the forward calls, layer kind by layer kind,
+// with the weight formats of the schema. The backends check every call against the installed
+// plan, so this list and the forward cannot drift apart unnoticed.
+std::vector<OpSite> model_op_sites(const ModelConfig& cfg, Numerics n, const std::vector<int>& layers = {});
+// The config of a model folder, a config.json, or (load_format dummy) either.
+ModelConfig load_model_config(const std::string& dir_or_config);
 
 }  // namespace dil

@@ -2,30 +2,39 @@
 
 namespace dil {
 
-Weight WeightBinder::matrix(const std::string& name) {
-  const StEntry& e = st_.at(name + ".weight");
-  DIL_CHECK(e.shape.size() == 2, name, ": a matrix must be 2-d");
+Weight matrix_format(const std::string& name, DType dtype, const std::vector<int64_t>& shape, int weight_block) {
+  DIL_CHECK(shape.size() == 2, name, ": a matrix must be 2-d");
   Weight w;
-  w.out = e.shape[0];
-  w.w = e.tensor();
-  switch (e.dtype) {
+  w.out = shape[0];
+  switch (dtype) {
     case DType::F8E4M3:
       w.kind = Weight::Kind::FP8;
-      w.in = e.shape[1];
-      w.block_out = w.block_in = cfg_.weight_block;
-      w.scale = st_.at(name + ".scale").tensor();
+      w.in = shape[1];
+      w.block_out = w.block_in = weight_block;
       break;
     case DType::I8:
       w.kind = Weight::Kind::FP4;
-      w.in = e.shape[1] * 2;
+      w.in = shape[1] * 2;
       w.block_out = 1;
       w.block_in = 32;
-      w.scale = st_.at(name + ".scale").tensor();
       break;
-    case DType::BF16: w.kind = Weight::Kind::BF16; w.in = e.shape[1]; break;
-    case DType::F32: w.kind = Weight::Kind::F32; w.in = e.shape[1]; break;
-    default: DIL_FAIL("tensor ", name, ".weight in ", e.file, ": unsupported dtype ", dtype_name(e.dtype));
+    case DType::BF16: w.kind = Weight::Kind::BF16; w.in = shape[1]; break;
+    case DType::F32: w.kind = Weight::Kind::F32; w.in = shape[1]; break;
+    default: DIL_FAIL("tensor ", name, ".weight: unsupported dtype ", dtype_name(dtype));
   }
+  return w;
+}
+
+Weight WeightBinder::matrix(const std::string& name) {
+  const StEntry& e = st_.at(name + ".weight");
+  Weight w;
+  try {
+    w = matrix_format(name, e.dtype, e.shape, cfg_.weight_block);
+  } catch (const Error& err) {
+    DIL_FAIL(err.what(), " (in ", e.file, ")");
+  }
+  w.w = e.tensor();
+  if (w.kind == Weight::Kind::FP8 || w.kind == Weight::Kind::FP4) w.scale = st_.at(name + ".scale").tensor();
   return be_.adopt_weight(w);
 }
 

@@ -10,6 +10,11 @@
 
 namespace dil {
 
+// A matrix's format from its stored dtype and shape (no data): FP8 (square blocks of
+// `weight_block`), FP4 (I8 bytes holding two e2m1 each, 1x32 blocks), BF16 or F32. Shared by the
+// binder and the kernel plan's op sites (model_op_sites), which see the schema only.
+Weight matrix_format(const std::string& name, DType dtype, const std::vector<int64_t>& shape, int weight_block);
+
 class WeightBinder {
  public:
   WeightBinder(const SafeTensors& st, Backend& be, const ModelConfig& cfg) : st_(st), be_(be), cfg_(cfg) {}

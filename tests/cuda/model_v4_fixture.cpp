@@ -2,7 +2,7 @@
 // - reference mode: every position within the CPU test's bounds of HF's float64 logits
 //   (max |d| <= 2e-3, rel L2 <= 1e-4), and 40 greedy decode steps giving the fixture's tokens
 //   and the CPU's;
-// - official mode: with DIL_CUDA_GEMM=simt every GEMM is the double-accumulating SIMT kernel
+// - official mode: with DIL_TEST_KERNELS=linear=simt,... every GEMM is the double-accumulating SIMT kernel
 //   and the logits must equal the CPU's to 1e-5 per position with identical greedy tokens;
 //   with the default cuBLASLt FP8 path (2.3e-4 relative error per projection, tests/cuda)
 //   FP8 roundings of activations flip early, so the bounds are those of the CPU's own
@@ -28,16 +28,19 @@ std::string fixture_dir() {
   const char* d = std::getenv("DIL_V4_TINY");
   return d ? std::string(d) : std::string(DIL_SOURCE_DIR) + "/tests/data/v4-tiny";
 }
-bool simt_only() {
-  const char* g = std::getenv("DIL_CUDA_GEMM");
-  return g && std::strcmp(g, "simt") == 0;
+// DIL_TEST_KERNELS (tests/cuda/parity.h): scripts/gpu-check forces the exact SIMT GEMMs.
+BackendOptions test_options() {
+  BackendOptions o;
+  if (const char* k = std::getenv("DIL_TEST_KERNELS")) parse_kernel_overrides(k, &o);
+  return o;
 }
+bool simt_only() { return test_options().force.count("linear") > 0; }
 
 struct ModelRun {
   std::unique_ptr<Backend> be;
   std::unique_ptr<Model> model;
   int64_t V = 0;
-  ModelRun(BackendKind k, Numerics n) : be(make_backend(k)) {
+  ModelRun(BackendKind k, Numerics n) : be(make_backend(k, 0, k == BackendKind::CUDA ? test_options() : BackendOptions{})) {
     ModelOptions o;
     o.numerics = n;
     model = load_model(fixture_dir(), *be, o);

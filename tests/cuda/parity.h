@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -18,6 +19,18 @@
 #include "test_util.h"  // tests/kernels: view, random_vec, SeqSpec, make_meta
 
 namespace dil::test {
+
+// Backend options of the CUDA test binaries, from the test environment (never read by the
+// backends): DIL_TEST_KERNELS="op=impl,..." forces implementations (scripts/gpu-check runs the
+// exact SIMT GEMMs with linear=simt,grouped_linear=simt,moe_experts=simt), DIL_TEST_LT_LAYOUT="ab"
+// probes cuBLASLt's FP8 scale layouts.
+inline BackendOptions test_options() {
+  BackendOptions o;
+  if (const char* k = std::getenv("DIL_TEST_KERNELS")) parse_kernel_overrides(k, &o);
+  if (const char* l = std::getenv("DIL_TEST_LT_LAYOUT")) o.lt_fp8_layout = l;
+  return o;
+}
+inline bool forced(const char* op) { return test_options().force.count(op) > 0; }
 
 inline std::vector<int32_t> rnd_int(size_t n, uint32_t seed, int lo, int hi) {
   std::mt19937 rng(seed);
@@ -114,7 +127,7 @@ class CudaParity : public ::testing::Test {
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     cpu = make_backend(BackendKind::CPU);
-    gpu = make_backend(BackendKind::CUDA);
+    gpu = make_backend(BackendKind::CUDA, 0, test_options());
   }
 
   // Device copy of host data (kept alive by the fixture).

@@ -72,7 +72,7 @@ class CudaAttention : public CudaParity {
     ha.sink = view(sink, {kH});
     ha.scale = 1.0f / std::sqrt(float(kD));
     ha.window = int(kW);
-    ha.split_bf16 = split_bf16;
+    gpu->set_numerics(split_bf16 ? Numerics::Official : Numerics::Reference);  // the plan picks the path
     std::vector<float> ref(q.size());
     ha.out = view(ref, {T, kH, kD});
     cpu->sparse_attention(ha, m);

@@ -50,7 +50,7 @@ class CudaIndexer : public CudaParity {
     ha.rows_per_block = rpb;
     ha.topk = topk;
     ha.sort_ascending = c.ascending;
-    ha.fp4_blocks = fp4;
+    gpu->set_numerics(fp4 ? Numerics::Official : Numerics::Reference);  // the plan picks the path
     ha.out_idx = view(ref, {T, topk});
     cpu->indexer_topk(ha, m);
     StepMeta gm = m;
@@ -156,12 +156,11 @@ struct ExpertCase {
 };
 
 TEST_F(CudaParity, MoeExperts) {
-  // The SIMT kernels (DIL_CUDA_MOE=simt, read when the backend is created): double accumulation,
-  // hence the bound below; the default tensor-core path has its own derived bound (test_moe_mma.cpp).
-  ::setenv("DIL_CUDA_MOE", "simt", 1);
-  gpu = make_backend(BackendKind::CUDA);
-  ::unsetenv("DIL_CUDA_MOE");
-  ASSERT_NE(gpu->name().find("simt moe"), std::string::npos) << gpu->name();
+  // The SIMT kernels (forced through BackendOptions): double accumulation, hence the bound
+  // below; the default tensor-core path has its own derived bound (test_moe_mma.cpp).
+  BackendOptions o = test_options();
+  o.force["moe_experts"] = "simt";
+  gpu = make_backend(BackendKind::CUDA, 0, o);
   for (ExpertCase c : {ExpertCase{"v4 D4096 I2048 E256 k6 act128 T=5", 5, 4096, 2048, 256, 6, 128, 3},
                        ExpertCase{"v41 D5120 I2304 E384 k6 act32 T=3", 3, 5120, 2304, 384, 6, 32, 2},
                        ExpertCase{"tiles: T=100 E8 k6 D256 I128", 100, 256, 128, 8, 6, 128, 8},

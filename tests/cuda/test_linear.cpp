@@ -11,10 +11,7 @@
 namespace dil::test {
 namespace {
 
-bool simt_only() {
-  const char* g = std::getenv("DIL_CUDA_GEMM");
-  return g && std::strcmp(g, "simt") == 0;
-}
+bool simt_only() { return forced("linear"); }
 
 struct LinCase {
   Weight::Kind kind;
@@ -128,12 +125,14 @@ TEST_F(CudaParity, GroupedLinearWoA) {
     std::vector<float> rp(size_t(T * 8 * 1024));
     cpu->grouped_linear(view(xp, {T, 8, 4096}), hp.wt, 8, view(rp, {T, 8, 1024}));
     Tensor gop = poisoned(DType::F32, {T, 8, 1024});
-    gpu->grouped_linear(devf(xp, {T, 8, 4096}), gp, 8, gop, /*split_bf16=*/true);
-    const bool lt = !simt_only();
+    gpu->set_numerics(Numerics::Official);  // the plan's split path is official numerics' own
+    gpu->grouped_linear(devf(xp, {T, 8, 4096}), gp, 8, gop);
+    gpu->set_numerics(Numerics::Reference);
+    const bool lt = !forced("grouped_linear");
     compare(lt ? "grouped_linear bf16x2 (fp8 dequant)" : "grouped_linear simt",
             "wo_a [8192,4096] blk " + std::to_string(blk) + " G=8 T=100", down<float>(gop), rp, lt ? 2e-5 : 0,
             lt ? 1e-4 : 0);
-    // Without split_bf16 (reference numerics): the exact SIMT path at every size.
+    // Reference numerics: the exact SIMT path at every size.
     Tensor gex = poisoned(DType::F32, {T, 8, 1024});
     gpu->grouped_linear(devf(xp, {T, 8, 4096}), gp, 8, gex);
     compare("grouped_linear simt", "wo_a [8192,4096] blk " + std::to_string(blk) + " G=8 T=100 exact", down<float>(gex),

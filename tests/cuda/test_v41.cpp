@@ -53,7 +53,7 @@ class CudaV41Indexer : public CudaParity {
       ha.rows_per_block = rpb;
       ha.topk = int(K);
       ha.sort_ascending = true;
-      ha.fp4_blocks = fp4;
+      gpu->set_numerics(fp4 ? Numerics::Official : Numerics::Reference);  // the plan picks the path
       ha.cand_block = c.cand_block;
       ha.cand_topk = c.cand_topk;
       if (layer == 0) ha.cand_out = view(cand, {T, CT});

@@ -150,14 +150,15 @@ AttnParams make_attn_params(const AttnArgs& a, const StepMeta& m) {
   return P;
 }
 
-void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m) {
+void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m, const std::string& impl) {
   const int T = int(a.q.size(0));
   const AttnParams P = make_attn_params(a, m);
   if (T == 0) return;
-  if (attention_mma_supported(a)) {
+  if (impl == "mma_split_bf16") {
     sparse_attention_mma(c, P, T);  // official numerics: BF16-split tensor cores
     return;
   }
+  DIL_CHECK(impl == "fp64", "sparse_attention: implementation '", impl, "' has no launcher");
   dim3 grid(unsigned(T), unsigned(ceil_div(P.H, kHeadsPerBlock)));
   sparse_attn_kernel<<<grid, 256, 0, c.stream>>>(P);
   DIL_LAUNCH_CHECK("sparse_attn_kernel");

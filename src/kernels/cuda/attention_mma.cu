@@ -1,4 +1,4 @@
-// Sparse attention with a sink on tensor cores (official numerics, AttnArgs::split_bf16).
+// Sparse attention with a sink on tensor cores (official numerics: the plan's mma_split_bf16).
 //
 // One CTA per (token, 16 heads), 4 warps. The token's candidate rows (window rows, then
 // compressed rows; MQA: one row serves as key and value for every head) are staged 32 at a
@@ -215,10 +215,6 @@ constexpr size_t kSmem = size_t(2 * kHeads + 2 * kRows) * kStride * 2 + size_t(k
                          size_t(kRows) * sizeof(void*);
 
 }  // namespace
-
-bool attention_mma_supported(const AttnArgs& a) {
-  return a.split_bf16 && a.q.size(2) == kD && a.q.size(1) % kHeads == 0;
-}
 
 void sparse_attention_mma(Ctx& c, const AttnParams& P, int T) {
   DIL_CHECK(P.d == kD && P.H % kHeads == 0, "sparse_attention_mma: H ", P.H, " d ", P.d);

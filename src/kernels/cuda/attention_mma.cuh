@@ -38,9 +38,7 @@ __device__ inline const float* attn_row(const AttnParams& P, int t, int s, int p
 // Fills everything but the kernel choice; checks shapes.
 AttnParams make_attn_params(const AttnArgs& a, const StepMeta& m);
 
-// The tensor-core path (attention_mma.cu): when a.split_bf16 allows it and the shape has a
-// kernel (head dim 512, heads a multiple of 16).
-bool attention_mma_supported(const AttnArgs& a);
+// The tensor-core path (attention_mma.cu; registry.cpp: head dim 512, heads a multiple of 16).
 void sparse_attention_mma(Ctx& c, const AttnParams& P, int T);
 
 }  // namespace dil::cuda

@@ -1,4 +1,5 @@
-// Dense projections. Paths, chosen per call from the weight's format:
+// Dense projections. Paths (the kernel plan chooses one per op site and row regime; the
+// requirements are in registry.cpp):
 // - FP8 with 128x128 blocks and activation blocks of 128 (V4 official numerics): activations
 //   quantized to e4m3 with ue8m0 scales per 128 by our kernel, then cuBLASLt's block-scaled
 //   FP8 GEMM (A = weights, BLK128x128_32F scales; B = activations, VEC128_32F scales).
@@ -117,6 +118,13 @@ __global__ void f32_to_bf16_exact_kernel(const float* x, int64_t n, uint16_t* ou
     out[i] = uint16_t(__float_as_uint(x[i]) >> 16);
 }
 
+void lt_declined(Ctx& c, const std::string& impl, int64_t rows, const Weight& w) {
+  if (!c.lt_declined) std::fprintf(stderr, "dil cuda: cuBLASLt declined %s at %lld rows x [%lld x %lld]; the SIMT GEMM ran "
+                                    "(reported once per process)\n", impl.c_str(), (long long)rows, (long long)w.out,
+                                    (long long)w.in);
+  c.lt_declined = true;
+}
+
 unsigned stride_grid(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)); }
 
 // RAII holders for cuBLASLt descriptors.
@@ -171,13 +179,6 @@ bool lt_matmul(Ctx& c, cudaDataType_t ab_type, cudaDataType_t d_type, const void
   return true;
 }
 
-void warn_once(bool& flag, const char* what) {
-  if (!flag) std::fprintf(stderr, "dil cuda: %s; using the SIMT GEMM\n", what);
-  flag = true;
-}
-
-// Per-context memory of rejected cuBLASLt configurations is not needed for correctness; the
-// flags below only keep the warning to one line per process.
 bool linear_fp8_lt(Ctx& c, const Tensor& x, const Weight& w, Tensor out) {
   int64_t M = x.numel() / w.in, N = w.out, K = w.in;
   int64_t Mp = (M + 15) / 16 * 16;
@@ -263,9 +264,6 @@ bool linear_dequant_lt(Ctx& c, const float* x, int64_t ldx, int64_t M, const Wei
   return true;
 }
 
-// Rows from which the dequantize-then-BF16 path beats the SIMT kernel: the dequantization
-// writes 2 bytes per weight, amortised over the rows' 2*M FLOPs per weight.
-constexpr int64_t kDequantMinRows = 64;
 
 }  // namespace
 
@@ -285,7 +283,7 @@ void gemm_simt(Ctx& c, const float* x, int64_t ldx, int64_t m, const WView& w, i
   DIL_LAUNCH_CHECK("gemm_simt_kernel");
 }
 
-void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out) {
+void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out, const std::string& impl) {
   DIL_CHECK(x.dtype == DType::F32 && out.dtype == DType::F32, "linear: f32 activations");
   DIL_CHECK(x.size(-1) == w.in, "linear: x ", x.shape_str(), " vs weight in ", w.in);
   int64_t M = x.numel() / w.in;
@@ -293,21 +291,17 @@ void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out)
   if (M == 0) return;
   const bool quant = act_block > 0 && (w.kind == Weight::Kind::FP8 || w.kind == Weight::Kind::FP4);
   static_assert(sizeof(WView) < 4096, "WView is passed by value");
-  if (c.use_cublaslt) {
-    if (quant && act_block == 128 && w.kind == Weight::Kind::FP8 && w.block_out == 128 && w.block_in == 128 &&
-        w.out % 128 == 0 && w.in % 128 == 0) {
-      if (linear_fp8_lt(c, x, w, out)) return;
-      warn_once(c.warned_fp8, "cuBLASLt has no block-scaled FP8 algorithm for this shape");
-    } else if (w.kind == Weight::Kind::BF16 && w.in % 8 == 0 && w.out % 8 == 0) {
-      if (linear_bf16_lt(c, x, w, out)) return;
-      warn_once(c.warned_bf16, "cuBLASLt has no BF16 algorithm for this shape");
-    } else if (quant && w.kind == Weight::Kind::FP8 && M >= kDequantMinRows && w.in % 8 == 0 && w.out % 8 == 0) {
-      // Only with FP8-QDQ'd activations (official numerics): exact BF16 operands, so reference
-      // numerics keep the exact SIMT path.
-      if (linear_dequant_lt(c, x.ptr<float>(), w.in, M, w, 0, w.out, quant, act_block, out.ptr<float>(), w.out)) return;
-      warn_once(c.warned_bf16, "cuBLASLt has no BF16 algorithm for this shape");
-    }
-  }
+  // The plan chose `impl` at load from the weight's format (registry.cpp). cuBLASLt's heuristic
+  // may still decline a row count at run time: then the exact SIMT kernel runs and stderr says
+  // so once per process (Ctx::lt_declined), so a benchmark cannot hide it.
+  bool ran = false;
+  if (impl == "cublaslt_fp8") ran = linear_fp8_lt(c, x, w, out);
+  else if (impl == "cublaslt_bf16_split") ran = linear_bf16_lt(c, x, w, out);
+  else if (impl == "dequant_bf16_lt")
+    ran = linear_dequant_lt(c, x.ptr<float>(), w.in, M, w, 0, w.out, quant, act_block, out.ptr<float>(), w.out);
+  else DIL_CHECK(impl == "simt", "linear: implementation '", impl, "' has no launcher");
+  if (ran) return;
+  if (impl != "simt") lt_declined(c, impl, M, w);
   const float* xin = x.ptr<float>();
   Buffer xq;
   if (quant) {  // activation QDQ (same numerics as the FP8 GEMM's on-the-fly quantization)
@@ -319,22 +313,24 @@ void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out)
   gemm_simt(c, xin, w.in, M, make_wview(w), 0, out.ptr<float>(), w.out, 1, 0, 0, 0);
 }
 
-void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16) {
+void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, const std::string& impl) {
   // x [T, G, K], W [G*N, K], out [T, G, N]
+  DIL_CHECK(x.dtype == DType::F32 && out.dtype == DType::F32, "grouped_linear: f32 activations");
   int64_t K = w.in, N = w.out / groups;
   DIL_CHECK(w.out % groups == 0, "grouped_linear: ", w.out, " rows not divisible by ", groups);
   int64_t T = x.numel() / (int64_t(groups) * K);
   DIL_CHECK(x.numel() == T * groups * K && out.numel() == T * groups * N, "grouped_linear: shapes ",
             x.shape_str(), " ", out.shape_str());
   if (T == 0) return;
-  if (split_bf16 && c.use_cublaslt && w.kind == Weight::Kind::FP8 && T >= kDequantMinRows && K % 8 == 0 &&
-      N % 8 == 0) {
+  if (impl == "dequant_bf16_lt_split") {
     bool ok = true;
     for (int g = 0; g < groups && ok; ++g)
       ok = linear_dequant_lt(c, x.ptr<float>() + g * K, int64_t(groups) * K, T, w, g * N, N, false, 0,
                              out.ptr<float>() + g * N, int64_t(groups) * N);
     if (ok) return;
-    warn_once(c.warned_bf16, "cuBLASLt has no BF16 algorithm for this shape");
+    lt_declined(c, impl, T, w);
+  } else {
+    DIL_CHECK(impl == "simt", "grouped_linear: implementation '", impl, "' has no launcher");
   }
   gemm_simt(c, x.ptr<float>(), groups * K, T, make_wview(w), 0, out.ptr<float>(), groups * N, groups, K, N, N);
 }

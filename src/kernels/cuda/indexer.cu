@@ -4,7 +4,7 @@
 // 64-bit keys (order-preserving score bits << 32 | ~row), which are all distinct, so the
 // k-th largest key is found exactly in 8 passes of 8 bits, then the selected keys are
 // bitonic-sorted in shared memory.
-// Official numerics (IndexerArgs::fp4_blocks) score on BF16 tensor cores instead
+// With quantizing numerics (the plan's mma_exact: FP4-QDQ'd q and keys) scores run on BF16 tensor cores instead
 // (indexer_mma.cu), with the same bits; idx_score_kernel below is the path for arbitrary f32.
 #include <algorithm>
 
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kTopkThreads) idx_topk_kernel(const float* sco
 
 }  // namespace
 
-void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m) {
+void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::string& impl) {
   int T = int(a.q.size(0));
   if (T == 0) return;
   IdxParams P{};
@@ -208,9 +208,10 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m) {
   P.ratio = a.ratio;
   P.rpb = a.rows_per_block;
   P.max_blocks = m.max_blocks;
-  if (indexer_mma_supported(a)) {
-    indexer_scores_mma(c, a, m, P.n_max, P.scores);  // official numerics: tensor cores, same bits
+  if (impl == "mma_exact") {
+    indexer_scores_mma(c, a, m, P.n_max, P.scores);  // FP4-QDQ'd inputs: tensor cores, same bits
   } else {
+    DIL_CHECK(impl == "fp64", "indexer_topk: implementation '", impl, "' has no launcher");
     dim3 g1(unsigned(ceil_div(P.n_max, kScoreRows)), unsigned(T));
     idx_score_kernel<<<g1, kScoreRows, 0, c.stream>>>(P);
     DIL_LAUNCH_CHECK("idx_score_kernel");

@@ -177,15 +177,16 @@ void launch_scores(Ctx& c, const MmaParams& P, int T) {
 
 }  // namespace
 
-bool indexer_mma_supported(const IndexerArgs& a) {
+// The shapes the kernel has (registry.cpp "mma_exact" states the same): head dim kDi, and
+// MT = Hi/16 m-tiles dividing the CTA's warps (V4: 64 heads, V4.1: 32, fixtures: 16).
+bool indexer_mma_shape(const IndexerArgs& a) {
   const int64_t Hi = a.q.size(1), di = a.q.size(2);
-  // MT = Hi/16 m-tiles must divide the CTA's warps (V4: 64 heads, V4.1: 32, fixtures: 16).
-  return a.fp4_blocks && di == kDi && (Hi == 16 || Hi == 32 || Hi == kMaxHeads);
+  return di == kDi && (Hi == 16 || Hi == 32 || Hi == kMaxHeads);
 }
 
 void indexer_scores_mma(Ctx& c, const IndexerArgs& a, const StepMeta& m, int n_max, float* scores) {
   const int T = int(a.q.size(0)), Hi = int(a.q.size(1));
-  DIL_CHECK(indexer_mma_supported(a), "indexer_scores_mma: unsupported q ", a.q.shape_str());
+  DIL_CHECK(indexer_mma_shape(a), "indexer_scores_mma: unsupported q ", a.q.shape_str());
   DIL_CHECK(a.keys.size(2) == kDi, "indexer_scores_mma: keys ", a.keys.shape_str());
   // q -> bf16.
   const int64_t nq = int64_t(T) * Hi * kDi;

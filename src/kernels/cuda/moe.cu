@@ -243,7 +243,7 @@ void moe_route(Ctx& c, const MoeRouteArgs& a) {
   DIL_LAUNCH_CHECK("moe_route_kernel");
 }
 
-void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
+void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   int64_t T = a.x.size(0), D = a.x.size(1);
   int k = int(a.route_idx.size(1));
   int E = int(a.w1->size());
@@ -254,15 +254,20 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   const WView* t2 = expert_table(c, a.w2);
   const WView* t3 = expert_table(c, a.w3);
   int64_t Tk = T * k;
-  // FP4 weights with FP8-QDQ'd activations (both exact in BF16): kMmaBM-row tiles on the
-  // tensor-core path (moe_mma.cu) at every batch size. Otherwise (or DIL_CUDA_MOE=simt: exact
-  // double accumulation): decode-sized batches (a few rows per expert) on the few-rows kernel
-  // in tiles of 4 rows, larger ones on the 64-row SIMT tile kernel.
+  // mma_bf16 (FP4 weights with FP8-QDQ'd activations, both exact in BF16): kMmaBM-row tiles on
+  // the tensor-core path (moe_mma.cu) at every batch size. simt (exact double accumulation):
+  // decode-sized batches (a few rows per expert) on the few-rows kernel in tiles of 4 rows,
+  // larger ones on the 64-row SIMT tile kernel.
   // As linear(): activations are quantized only in front of FP8/FP4 weights.
   const Weight::Kind kind = (*a.w1)[0].kind;
   const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
-  const bool mma_ok = c.use_moe_mma && quant && D % kMmaBK == 0 && Idim % kMmaBK == 0 && moe_mma_fits(*a.w1) &&
-                      moe_mma_fits(*a.w2) && moe_mma_fits(*a.w3);
+  DIL_CHECK(impl == "mma_bf16" || impl == "simt", "moe_experts: implementation '", impl, "' has no launcher");
+  const bool mma_ok = impl == "mma_bf16";
+  if (mma_ok)
+    DIL_CHECK(quant && D % kMmaBK == 0 && Idim % kMmaBK == 0 && moe_mma_fits(*a.w1) && moe_mma_fits(*a.w2) &&
+                  moe_mma_fits(*a.w3),
+              "moe_experts: the planned tensor-core path cannot run these experts (FP4, 8-byte aligned, widths ",
+              "multiples of ", kMmaBK, ")");
   // The tensor-core path wherever it applies, decode-sized batches included (V4-Flash decode,
   // 64 x 6 routed rows: 11.6 against 27.2 ms for 3 layers on the few-rows FP64 kernel, which
   // is bound by its per-weight double conversions).

@@ -32,14 +32,11 @@ struct Ctx {
   cublasLtHandle_t lt = nullptr;
   std::shared_ptr<Arena> arena;
   Buffer lt_workspace;         // cuBLASLt workspace
-  bool use_cublaslt = true;    // false: every GEMM on our own SIMT kernel (DIL_CUDA_GEMM=simt)
-  bool use_moe_mma = true;     // false: routed experts on the SIMT kernels only (DIL_CUDA_MOE=simt or
-                               // DIL_CUDA_GEMM=simt)
-  bool warned_fp8 = false, warned_bf16 = false;
-  // Scale layouts handed to cuBLASLt's block-scaled FP8 GEMM (DIL_LT_FP8_LAYOUT="ab", default
-  // "00"): a = 0: weight scales [N/128][ceil4(K/128)] (K blocks fastest), 1: [K/128][ceil4(N/128)];
-  // b = 0: activation scales [K/128][Mp] (tokens fastest), 1: [Mp][K/128].
-  int lt_a_layout = 0, lt_b_layout = 0;  // one stderr line each when cuBLASLt declines
+  // Scale layouts handed to cuBLASLt's block-scaled FP8 GEMM (BackendOptions::lt_fp8_layout "ab",
+  // default "00"): a = 0: weight scales [N/128][ceil4(K/128)] (K blocks fastest), 1:
+  // [K/128][ceil4(N/128)]; b = 0: activation scales [K/128][Mp] (tokens fastest), 1: [Mp][K/128].
+  int lt_a_layout = 0, lt_b_layout = 0;
+  bool lt_declined = false;  // cuBLASLt declined a planned configuration once (stderr said so)
   // Per-expert weight tables of moe_experts, uploaded once per expert list; the host copy
   // detects a list that changed (or a new list at a reused address) and triggers a re-upload.
   struct ExpertTable {
@@ -65,9 +62,11 @@ void reset_state(Ctx& c, Tensor kv, Tensor score, const std::vector<int32_t>& sl
 // ceilings.cu: cuBLASLt BF16 / FP8 GEMM TFLOP/s and device copy GB/s (read + write), measured now.
 std::map<std::string, double> measure_ceilings(cublasLtHandle_t lt, cudaStream_t stream);
 
+// The launchers of op families with several implementations take the one the kernel plan
+// chose (registry.cpp names; Backend::impl_for is the dispatch point).
 // gemm.cu. out[m, :] = W . x[m, :] over `groups` independent groups (grouped_linear).
-void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out);
-void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16);
+void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out, const std::string& impl);
+void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, const std::string& impl);
 // SIMT GEMM core shared with the MoE: out[M, N] (ldo) = X[M, K] (ldx) . W^T (fp32 accumulate).
 void gemm_simt(Ctx& c, const float* x, int64_t ldx, int64_t m, const WView& w, int64_t w_row0,
                float* out, int64_t ldo, int groups, int64_t x_gstride, int64_t o_gstride,
@@ -80,7 +79,7 @@ void hc_post(Ctx& c, const Tensor& F, const Tensor& X, const Tensor& post, const
 void hc_expand(Ctx& c, const Tensor& e, int n, Tensor X);
 
 // attention.cu
-void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m);
+void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m, const std::string& impl);
 void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m);
 void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
                  const StepMeta& m);
@@ -89,11 +88,11 @@ void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, c
 void compressor(Ctx& c, const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m);
 
 // indexer.cu
-void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m);
+void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::string& impl);
 
 // moe.cu
 void moe_route(Ctx& c, const MoeRouteArgs& a);
-void moe_experts(Ctx& c, const MoeExpertsArgs& a);
+void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl);
 
 // engram.cu (V4.1)
 void engram_mix(Ctx& c, const Tensor& X, const Tensor& kv, const Tensor& qk, const Tensor& mask, float eps,
