@@ -49,12 +49,15 @@ class V4Model : public Model {
   void forward_idle(const ExpertParallel::Step& ep);  // a rank with no tokens joins every MoE collective
   void hc_pre(const Tensor& X, const Hc& hc, Tensor u, Tensor post, Tensor comb, Scratch& s);
 
-  int act_block() const { return official_ ? cfg_.act_block : 0; }
+  int act_block() const { return quantizes(numerics_) ? cfg_.act_block : 0; }
+  Tensor act(Scratch& s, std::initializer_list<int64_t> dims) const { return s.make(act_, dims); }
 
   ModelConfig cfg_;
   std::unique_ptr<SafeTensors> st_;
   Backend& be_;
-  bool official_;
+  Numerics numerics_;
+  bool official_;  // the official quantization points (official or fast numerics)
+  DType act_;      // activations between ops (activation_dtype(numerics_))
   WeightBinder binder_;
   Weight embed_, head_;
   Tensor norm_;
