@@ -1,11 +1,17 @@
 // deepinfer-lab inspect --model DIR | --config FILE [--quiet]
+//                      [--plan [--device cpu|cuda] [--numerics MODE] [--kernels op=impl,...] [--layers L,...]]
 // Lists tensors (name, dtype, shape), the parameter count and the validation result; with
-// --config, the tensors a real checkpoint of that config must hold.
+// --config, the tensors a real checkpoint of that config must hold. --plan: the kernel plan
+// instead (every op of every layer kind, per numerics mode: all three unless --numerics), for
+// the backend --device names; no device is needed.
 #include <cstdio>
 #include <filesystem>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/ids.h"
+#include "cli/plan_report.h"
+#include "model/model.h"
 #include "model/schema.h"
 
 namespace dil::cli {
@@ -23,8 +29,20 @@ std::string shape_of(const std::vector<int64_t>& s) {
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  Args args(argc, argv, {"quiet"});
+  Args args(argc, argv, {"quiet", "plan"});
   const bool quiet = args.has("quiet");
+  if (args.has("plan")) {
+    const ModelConfig cfg = load_model_config(args.has("config") ? args.get("config") : args.need("model"));
+    const BackendKind kind = parse_backend_kind(args.get("device", "cpu"));
+    std::vector<Numerics> modes{Numerics::Reference, Numerics::Official, Numerics::Fast};
+    if (args.has("numerics")) modes = {parse_numerics(args.get("numerics"))};
+    BackendOptions o;
+    if (args.has("kernels")) parse_kernel_overrides(args.get("kernels"), &o);
+    std::vector<int> layers;
+    if (args.has("layers")) layers = parse_int_list(args.get("layers"));
+    std::printf("%s", plan_report(cfg, kind, modes, o, layers).c_str());
+    return 0;
+  }
   if (args.has("config")) {
     ModelConfig cfg = load_config(args.get("config"));
     auto specs = expected_tensors(cfg, true);

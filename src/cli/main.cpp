@@ -18,6 +18,8 @@ const Command kCommands[] = {
     {"tokenize", "encode/decode JSON lines with a tokenizer.json", cmd_tokenize},
     {"render", "render chat messages to the model's prompt string (or --parse completions)", cmd_render},
     {"serve", "OpenAI-compatible HTTP server (default: the bundled tiny-v4 model on the CPU)", cmd_serve},
+    {"kernels-doc", "print (or --write into docs/kernels.md) the op table generated from the kernel registries",
+     cmd_kernels_doc},
 };
 
 int usage() {
