@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "dil/load_progress.h"
 #include "model/config.h"
 #include "model/profiler.h"
 
@@ -34,6 +35,10 @@ struct ModelOptions {
   // must call forward() for every step, with an empty batch when it has no tokens.
   // nullptr or R = 1: the single-rank model, no communicator calls.
   Communicator* comm = nullptr;
+  // Load progress (tensors and bytes bound, model/load_meter.h): called at the start, at most
+  // every progress_interval_s while binding, and once when done. Empty: no reports.
+  LoadProgressFn on_progress;
+  double progress_interval_s = 0.25;
 };
 
 // One sequence's share of a step. Its recurrent state lives in `slot`; its compressed rows

@@ -1,6 +1,12 @@
 #include "model/weights.h"
 
+#include "model/load_meter.h"
+
 namespace dil {
+
+void WeightBinder::count(const StEntry& e) {
+  if (meter_) meter_->bound(e.nbytes);
+}
 
 Weight WeightBinder::matrix(const std::string& name) {
   const StEntry& e = st_.at(name + ".weight");
@@ -26,10 +32,18 @@ Weight WeightBinder::matrix(const std::string& name) {
     case DType::F32: w.kind = Weight::Kind::F32; w.in = e.shape[1]; break;
     default: DIL_FAIL("tensor ", name, ".weight in ", e.file, ": unsupported dtype ", dtype_name(e.dtype));
   }
-  return be_.adopt_weight(w);
+  Weight dev = be_.adopt_weight(w);
+  count(e);
+  if (e.dtype == DType::F8E4M3 || e.dtype == DType::I8) count(st_.at(name + ".scale"));
+  return dev;
 }
 
-Tensor WeightBinder::tensor(const std::string& name) { return be_.adopt_tensor(st_.at(name).tensor()); }
+Tensor WeightBinder::tensor(const std::string& name) {
+  const StEntry& e = st_.at(name);
+  Tensor dev = be_.adopt_tensor(e.tensor());
+  count(e);
+  return dev;
+}
 
 Tensor WeightBinder::table_i32(const std::string& name) {
   const StEntry& e = st_.at(name);
@@ -44,7 +58,9 @@ Tensor WeightBinder::table_i32(const std::string& name) {
   }
   Tensor t(b.data(), DType::I32, {e.shape[0], e.shape[1]});
   owned_.push_back(std::move(b));
-  return be_.adopt_tensor(t);
+  Tensor dev = be_.adopt_tensor(t);
+  count(e);  // the checkpoint's bytes, as expected_load counts them
+  return dev;
 }
 
 }  // namespace dil
