@@ -4,13 +4,20 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "cli/args.h"
 #include "cli/commands.h"
+#include "core/check.h"
 #include "model/schema.h"
 
 namespace dil::cli {
 
 namespace {
+
+struct InspectOptions {
+  std::string model;   // a checkpoint folder
+  std::string config;  // or a config.json alone
+  bool quiet = false;
+};
+
 int64_t logical_params(DType t, int64_t numel, const std::string& name) {
   if (name.size() > 6 && name.compare(name.size() - 6, 6, ".scale") == 0) return 0;  // scales are not parameters
   return t == DType::I8 ? numel * 2 : numel;  // FP4 packs two per byte
@@ -20,13 +27,11 @@ std::string shape_of(const std::vector<int64_t>& s) {
   for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
   return r + "]";
 }
-}  // namespace
 
-int cmd_inspect(int argc, char** argv) {
-  Args args(argc, argv, {"quiet"});
-  const bool quiet = args.has("quiet");
-  if (args.has("config")) {
-    ModelConfig cfg = load_config(args.get("config"));
+int run_inspect(const InspectOptions& o) {
+  const bool quiet = o.quiet;
+  if (!o.config.empty()) {
+    ModelConfig cfg = load_config(o.config);
     auto specs = expected_tensors(cfg, true);
     size_t bytes = 0;
     int64_t params = 0;
@@ -40,7 +45,7 @@ int cmd_inspect(int argc, char** argv) {
     std::printf("expected tensors: %zu  total bytes: %zu  parameters: %lld\n", specs.size(), bytes, (long long)params);
     return 0;
   }
-  std::string dir = args.need("model");
+  const std::string& dir = o.model;
   ModelConfig cfg = load_config((std::filesystem::path(dir) / "config.json").string());
   SafeTensors st = SafeTensors::open(dir);
   bool with_mtp = false;
@@ -59,6 +64,19 @@ int cmd_inspect(int argc, char** argv) {
   std::printf("validation: FAILED (%zu problems)\n", rep.errors.size());
   for (const auto& e : rep.errors) std::printf("  %s\n", e.c_str());
   return 1;
+}
+
+}  // namespace
+
+void add_inspect(CLI::App& top, std::vector<Declared>* out) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* c = top.add_subcommand("inspect", "list a checkpoint's (or a config's expected) tensors and validate them");
+  auto* model = c->add_option("--model", o->model, "checkpoint folder (config.json + safetensors)");
+  auto* config = c->add_option("--config", o->config, "a config.json: list the tensors its checkpoint must hold");
+  model->excludes(config);
+  add_switch(c, "--quiet", o->quiet, "print the totals and the validation result only");
+  require(c, {"--model", "--config"});
+  out->push_back({c, [o](const ProgramArgs&) { return run_inspect(*o); }});
 }
 
 }  // namespace dil::cli
