@@ -119,7 +119,8 @@ void add_generate(CLI::App& top, std::vector<Declared>* out) {
   c->add_option("--model", o->model, "checkpoint folder (with tokenizer.json for text prompts)");
   auto* ids = c->add_option("--prompt-ids", o->prompt_ids, "prompt token ids: LIST or FILE, ';' between prompts")
                   ->check(parsed_by([](const std::string& s) { parse_id_lists(s); }));
-  auto* prompt = c->add_option("--prompt", o->prompt, "prompt text, tokenized with the model's tokenizer.json (BOS first)");
+  auto* prompt = c->add_option("--prompt", o->prompt, "prompt text, tokenized with the model's tokenizer.json (BOS first)")
+                     ->check(CLI::Validator([](std::string& s) { return s.empty() ? std::string("empty prompt") : ""; }, ""));
   prompt->excludes(ids);
   auto* chat = add_switch(c, "--chat", o->chat, "--prompt is one user message, rendered by the model's prompt encoder");
   chat->needs(prompt);
