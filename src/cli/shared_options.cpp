@@ -1,39 +1,47 @@
 #include "cli/shared_options.h"
 
-#include <array>
-
 #include "backend/backend.h"
 #include "core/check.h"
 
 namespace dil::cli {
 namespace {
 
-// The numerics modes of every command, in the order --help lists them.
-constexpr std::array<const char*, 2> kNumericsModes{"reference", "official"};
+// The numerics modes of every command, in the order --help lists them: one line per mode.
+struct NumericsMode {
+  const char* name;
+  const char* help;
+};
+constexpr NumericsMode kNumericsModes[] = {
+    {"reference", "no quantization simulation (compare with float64 references)"},
+    {"official", "the official inference code's quantization"},
+};
 
 std::string modes_list() {
   std::string s;
-  for (const char* m : kNumericsModes) s += std::string(s.empty() ? "" : "|") + m;
+  for (const auto& m : kNumericsModes) s += std::string(s.empty() ? "" : "|") + m.name;
+  return s;
+}
+
+std::string numerics_help() {
+  std::string s = "numerics:";
+  for (const auto& m : kNumericsModes) s += std::string(s.back() == ':' ? " " : "; ") + m.name + " = " + m.help;
   return s;
 }
 
 // Only the listed modes: parse_numerics may know more than the CLI offers, never fewer.
 void parse_listed_numerics(const std::string& s) {
-  for (const char* m : kNumericsModes)
-    if (s == m) return (void)parse_numerics(s);
+  for (const auto& m : kNumericsModes)
+    if (s == m.name) return (void)parse_numerics(s);
   DIL_FAIL("unknown numerics mode '", s, "' (expected ", modes_list(), ")");
 }
-
-const char* kNumericsHelp =
-    "numerics: reference = no quantization simulation (compare with float64 references), "
-    "official = the official inference code's quantization";
 
 }  // namespace
 
 std::string numerics_name(Numerics n) {
-  for (const char* m : kNumericsModes)
-    if (parse_numerics(m) == n) return m;
-  DIL_FAIL("numerics mode ", int(n), " is missing from kNumericsModes (src/cli/shared_options.cpp)");
+  for (const auto& m : kNumericsModes)
+    if (parse_numerics(m.name) == n) return m.name;
+  DIL_CHECK(false, "numerics mode ", int(n), " is missing from kNumericsModes");
+  return "";
 }
 
 CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
@@ -52,15 +60,17 @@ CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
 CLI::Option* add_numerics_option(CLI::App* app, Numerics& field) {
   return app
       ->add_option_function<std::string>(
-          "--numerics", [&field](const std::string& s) { field = parse_numerics(s); }, kNumericsHelp)
+          "--numerics", [&field](const std::string& s) { field = parse_numerics(s); }, numerics_help())
       ->default_str(numerics_name(field))
       ->type_name(modes_list())
       ->check(parsed_by(parse_listed_numerics));
 }
 
 CLI::Option* add_numerics_option(CLI::App* app, std::string& field) {
-  parse_listed_numerics(field);  // the struct's default must be a listed mode
-  return app->add_option("--numerics", field, kNumericsHelp)->type_name(modes_list())->check(parsed_by(parse_listed_numerics));
+  bool listed = false;
+  for (const auto& m : kNumericsModes) listed = listed || field == m.name;
+  DIL_CHECK(listed, "default numerics mode '", field, "' is not in kNumericsModes");
+  return app->add_option("--numerics", field, numerics_help())->type_name(modes_list())->check(parsed_by(parse_listed_numerics));
 }
 
 CLI::Option* add_device_option(CLI::App* app, std::string& field) {

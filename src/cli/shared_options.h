@@ -13,7 +13,7 @@
 namespace dil::cli {
 
 // --numerics MODE, MODE one of kNumericsModes, parsed by dil::parse_numerics. A new mode is
-// one more name in kNumericsModes (shared_options.cpp) once parse_numerics knows it.
+// one more line in kNumericsModes (shared_options.cpp) once parse_numerics knows it.
 CLI::Option* add_numerics_option(CLI::App* app, Numerics& field);
 // The CLI's name of a mode ("reference", "official").
 std::string numerics_name(Numerics n);
