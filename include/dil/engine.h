@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "dil/load_progress.h"
+
 namespace dil {
 
 // Sampling follows vLLM v1 (docs: vllm.v1.sample.sampler): logit bias, then penalties
@@ -141,7 +143,7 @@ struct EngineOptions {
   std::string device = "cpu";        // cpu | cuda
   int device_index = 0;               // which GPU (cuda)
   std::string numerics = "official";  // official | reference
-  int max_num_seqs = 64;
+  int max_num_seqs = 256;             // vLLM's default; each running sequence holds a state slot
   int max_num_batched_tokens = 2048;
   int max_model_len = 4096;
   int64_t kv_blocks = 0;              // 0: derive from kv_memory_bytes
@@ -151,6 +153,7 @@ struct EngineOptions {
   uint64_t seed = 0;                  // seeds requests without a seed; 0: from std::random_device
   LogprobsMode logprobs_mode = LogprobsMode::Raw;
   int max_logprobs = 20;              // largest accepted SamplingParams::logprobs
+  LoadProgressFn on_load_progress;    // ModelOptions::on_progress of the model's load
 };
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opts);  // throws dil::Error

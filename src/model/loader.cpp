@@ -3,6 +3,7 @@
 #include "core/check.h"
 #include "dist/communicator.h"
 #include "model/dummy_weights.h"
+#include "model/load_meter.h"
 #include "model/model.h"
 #include "model/schema.h"
 #include "model/v41_model.h"
@@ -15,10 +16,22 @@ bool has_prefix(const SafeTensors& st, const std::string& prefix) {
   auto it = st.entries().lower_bound(prefix);
   return it != st.entries().end() && it->first.rfind(prefix, 0) == 0;
 }
+
 // The kernel plan for the model's op sites, resolved and installed before any weight is bound:
 // a request nothing can run fails here, naming the site and the unmet requirements.
 void plan_for(const ModelConfig& cfg, Backend& be, const ModelOptions& opt) {
   be.install_plan(be.make_plan(model_op_sites(cfg, opt.numerics, opt.layers), opt.numerics));
+}
+
+// The model of `cfg` over `st`, binding its weights under a load meter (progress reports).
+std::unique_ptr<Model> build(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
+                             const std::string& tokenizer_json) {
+  LoadMeter meter(opt.on_progress, expected_load(*st, cfg, opt), opt.progress_interval_s);
+  std::unique_ptr<Model> m;
+  if (cfg.arch == Arch::V4) m = std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt, &meter);
+  else m = std::make_unique<V41Model>(std::move(cfg), std::move(st), be, opt, tokenizer_json, &meter);
+  meter.finish(kernel_plan_summary(be, opt));
+  return m;
 }
 }  // namespace
 
@@ -43,9 +56,8 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
       e_hi = int(int64_t(cfg.n_routed) * (opt.comm->rank() + 1) / opt.comm->size());
     }
     st = std::make_unique<SafeTensors>(make_dummy_checkpoint(cfg, opt.layers, opt.seed, e_lo, e_hi));
-    if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
-      // No tokenizer: Engram layers cannot be built from dummy weights (the model says so).
-    return std::make_unique<V41Model>(std::move(cfg), std::move(st), be, opt, "");
+    // No tokenizer: Engram layers cannot be built from dummy weights (the model says so).
+    return build(std::move(cfg), std::move(st), be, opt, "");
   }
   if (opt.load_format != "safetensors") DIL_FAIL("unknown load format '", opt.load_format, "' (safetensors or dummy)");
   if (!fs::is_directory(dir)) DIL_FAIL("model folder ", dir, " does not exist");
@@ -61,12 +73,11 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
     if (rep.errors.size() > 20) msg += "\n  ...";
     DIL_FAIL(msg);
   }
-  plan_for(cfg, be, opt);
-  if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
   const std::string tok = (fs::path(dir) / "tokenizer.json").string();
-  if (!cfg.engram_layers.empty() && !fs::exists(tok))
+  if (cfg.arch == Arch::V41 && !cfg.engram_layers.empty() && !fs::exists(tok))
     DIL_FAIL("model folder ", dir, " has no tokenizer.json (V4.1's Engram hashes derive from it)");
-  return std::make_unique<V41Model>(std::move(cfg), std::move(st), be, opt, tok);
+  plan_for(cfg, be, opt);
+  return build(std::move(cfg), std::move(st), be, opt, tok);
 }
 
 }  // namespace dil

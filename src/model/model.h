@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/numerics.h"
+#include "dil/load_progress.h"
 #include "model/config.h"
 #include "model/profiler.h"
 
@@ -32,6 +33,10 @@ struct ModelOptions {
   // must call forward() for every step, with an empty batch when it has no tokens.
   // nullptr or R = 1: the single-rank model, no communicator calls.
   Communicator* comm = nullptr;
+  // Load progress (tensors and bytes bound, model/load_meter.h): called at the start, at most
+  // every progress_interval_s while binding, and once when done. Empty: no reports.
+  LoadProgressFn on_progress;
+  double progress_interval_s = 0.25;
 };
 
 // One sequence's share of a step. Its recurrent state lives in `slot`; its compressed rows
@@ -50,7 +55,7 @@ struct StepBatch {
   std::vector<int32_t> tokens;  // concatenation of every chunk's tokens
   std::vector<SeqChunk> seqs;
   // Expert-parallel runs: every rank's token count for this step, in rank order, agreed on the
-  // host before the step (agree_step_tokens in dist/step_agreement.h) so that the forward
+  // host before the step (the engine or DpEngine exchanges them through the Communicator) so that the forward
   // never waits on the host. Empty: forward() agrees itself, before any device work.
   std::vector<int64_t> rank_tokens;
 };

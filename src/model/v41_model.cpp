@@ -9,10 +9,10 @@
 namespace dil {
 
 V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
-                   const std::string& tokenizer_json)
+                   const std::string& tokenizer_json, LoadMeter* meter)
     : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), numerics_(opt.numerics), official_(quantizes(opt.numerics)),
       act_(activation_dtype(opt.numerics)),
-      binder_(*st_, be, cfg_), ep_(opt.comm, cfg_.n_routed) {
+      binder_(*st_, be, cfg_, meter), ep_(opt.comm, cfg_.n_routed) {
   if (cfg_.gate_temp != 1.0f) DIL_FAIL("gate_temp ", cfg_.gate_temp, " is not supported (the release uses 1.0)");
   // Layers to build and run: all, or a subset (benchmarks) that must hold the kv / index /
   // candidate sources its layers read.
@@ -35,6 +35,7 @@ V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be
     bind_layer(layers_[size_t(L)], L);
     layers_[size_t(L)].rope = tables[cfg_.ratio(L) > 0 ? 1 : 0];
   }
+  binder_.end_load();
 }
 
 void V41Model::bind_layer(Layer& l, int L) {

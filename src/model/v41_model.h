@@ -22,8 +22,9 @@ namespace dil {
 class V41Model : public Model {
  public:
   // `tokenizer_json`: the model folder's tokenizer.json (Engram's compressed-token map).
+  // `meter`: load progress of the binding (the loader's; used only during construction).
   V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
-           const std::string& tokenizer_json);
+           const std::string& tokenizer_json, LoadMeter* meter = nullptr);
   const ModelConfig& config() const override { return cfg_; }
   CacheSpec cache_spec(int block_tokens) const override;
   void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;

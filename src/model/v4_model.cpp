@@ -8,10 +8,11 @@
 
 namespace dil {
 
-V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt)
+V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
+                 LoadMeter* meter)
     : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), numerics_(opt.numerics), official_(quantizes(opt.numerics)),
       act_(activation_dtype(opt.numerics)),
-      binder_(*st_, be, cfg_), ep_(opt.comm, cfg_.n_routed) {
+      binder_(*st_, be, cfg_, meter), ep_(opt.comm, cfg_.n_routed) {
   embed_ = binder_.matrix("embed");
   head_ = binder_.matrix("head");
   norm_ = binder_.tensor("norm.weight");
@@ -29,6 +30,7 @@ V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, 
     bind_block(l, "layers." + std::to_string(L) + ".", cfg_.ratio(L), cfg_.is_hash_layer(L));
     l.rope = tables[l.ratio > 0 ? 1 : 0];
   }
+  binder_.end_load();
 }
 
 void V4Model::bind_block(Layer& l, const std::string& p, int ratio, bool hash) {

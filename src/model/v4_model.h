@@ -14,7 +14,9 @@ namespace dil {
 
 class V4Model : public Model {
  public:
-  V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt);
+  // `meter`: load progress of the binding (the loader's; used only during construction).
+  V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
+          LoadMeter* meter = nullptr);
   const ModelConfig& config() const override { return cfg_; }
   CacheSpec cache_spec(int block_tokens) const override;
   void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;

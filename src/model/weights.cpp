@@ -1,6 +1,12 @@
 #include "model/weights.h"
 
+#include "model/load_meter.h"
+
 namespace dil {
+
+void WeightBinder::count(const StEntry& e) {
+  if (meter_) meter_->bound(e.nbytes);
+}
 
 Weight matrix_format(const std::string& name, DType dtype, const std::vector<int64_t>& shape, int weight_block) {
   DIL_CHECK(shape.size() == 2, name, ": a matrix must be 2-d");
@@ -34,11 +40,20 @@ Weight WeightBinder::matrix(const std::string& name) {
     DIL_FAIL(err.what(), " (in ", e.file, ")");
   }
   w.w = e.tensor();
-  if (w.kind == Weight::Kind::FP8 || w.kind == Weight::Kind::FP4) w.scale = st_.at(name + ".scale").tensor();
-  return be_.adopt_weight(w);
+  const bool scaled = w.kind == Weight::Kind::FP8 || w.kind == Weight::Kind::FP4;
+  if (scaled) w.scale = st_.at(name + ".scale").tensor();
+  Weight dev = be_.adopt_weight(w);
+  count(e);
+  if (scaled) count(st_.at(name + ".scale"));
+  return dev;
 }
 
-Tensor WeightBinder::tensor(const std::string& name) { return be_.adopt_tensor(st_.at(name).tensor()); }
+Tensor WeightBinder::tensor(const std::string& name) {
+  const StEntry& e = st_.at(name);
+  Tensor dev = be_.adopt_tensor(e.tensor());
+  count(e);
+  return dev;
+}
 
 Tensor WeightBinder::table_i32(const std::string& name) {
   const StEntry& e = st_.at(name);
@@ -53,7 +68,9 @@ Tensor WeightBinder::table_i32(const std::string& name) {
   }
   Tensor t(b.data(), DType::I32, {e.shape[0], e.shape[1]});
   owned_.push_back(std::move(b));
-  return be_.adopt_tensor(t);
+  Tensor dev = be_.adopt_tensor(t);
+  count(e);  // the checkpoint's bytes, as expected_load counts them
+  return dev;
 }
 
 }  // namespace dil
