@@ -211,15 +211,15 @@ std::string KernelPlan::summary() const {
     }
   }
   std::ostringstream s;
-  s << backend_ << ", " << numerics_name(numerics_) << ":";
   bool first = true;
   for (const auto& [op, impls] : agg) {
-    if (impls.size() == 1 && (impls[0].first == "reference" || impls[0].first == "cpu")) continue;
-    s << (first ? " " : "; ") << op;
+    // Families with one implementation everywhere say nothing about the plan.
+    if (impls.size() == 1 && (impls[0].first == "reference" || impls[0].first == "default")) continue;
+    s << (first ? "" : "; ") << op;
     first = false;
     for (size_t i = 0; i < impls.size(); ++i) s << (i ? ", " : " ") << impls[i].first << " x" << impls[i].second;
   }
-  if (first) s << " the reference of every op";
+  if (first) s << "the reference of every op";
   return s.str();
 }
 

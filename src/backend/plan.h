@@ -102,7 +102,8 @@ class KernelPlan {
   void add(PlanEntry e);
   // One row per (site, regime): op | where | features | rows | implementation | tolerance.
   std::string table() const;
-  // One line: "cuda, fast: linear cublaslt_fp8 x12, simt x3; sparse_attention mma_bf16 x3; ..."
+  // One line of the families with a choice: "linear cublaslt_fp8 x12, simt x3; sparse_attention
+  // mma_bf16 x3; ..." (x N: the number of sites using it).
   std::string summary() const;
 
  private:

@@ -10,7 +10,7 @@ std::string plan_report(const ModelConfig& cfg, BackendKind kind, const std::vec
   for (Numerics n : modes) {
     const KernelPlan p =
         resolve_plan(kernel_registry(kind), backend_kind_name(kind), model_op_sites(cfg, n, layers), n, o);
-    out += p.table() + "summary: " + p.summary() + "\n\n";
+    out += p.table() + "summary (" + numerics_name(n) + "): " + p.summary() + "\n\n";
   }
   return out;
 }

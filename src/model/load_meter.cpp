@@ -82,8 +82,9 @@ void LoadMeter::report() {
 }
 
 std::string kernel_plan_summary(const Backend& be, const ModelOptions& opt) {
-  if (be.plan()) return be.name() + " " + be.plan()->summary();  // the plan load_model installed
-  return be.name() + " backend, " + numerics_name(opt.numerics) + " numerics";
+  std::string s = be.name() + " backend, " + numerics_name(opt.numerics) + " numerics";
+  if (be.plan()) s += "; kernels: " + be.plan()->summary();  // the plan load_model installed
+  return s;
 }
 
 }  // namespace dil

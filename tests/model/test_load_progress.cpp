@@ -74,11 +74,12 @@ TEST(LoadProgress, PredictionMatchesTheBindingOfEveryFixture) {
     SCOPED_TRACE(m);
     const auto r = load_reports(kData + m, ModelOptions{});
     expect_prediction_exact(r);
-    EXPECT_EQ(r.back().plan, "cpu backend, official numerics");
+    EXPECT_EQ(r.back().plan, "cpu backend, official numerics; kernels: the reference of every op");
   }
   ModelOptions ref;
   ref.numerics = Numerics::Reference;
-  EXPECT_EQ(load_reports(kData + "v4-tiny", ref).back().plan, "cpu backend, reference numerics");
+  EXPECT_EQ(load_reports(kData + "v4-tiny", ref).back().plan,
+            "cpu backend, reference numerics; kernels: the reference of every op");
 }
 
 TEST(LoadProgress, V41EngramTablesAreNotCounted) {

@@ -49,7 +49,7 @@ def help_lines(command):
 
 def test_every_command_is_declared():
     assert set(COMMANDS) == {"", "inspect", "logits", "generate", "kv-report", "bench", "bench prefill",
-                             "bench decode", "bench ceilings", "tokenize", "render", "serve"}
+                             "bench decode", "bench ceilings", "tokenize", "render", "serve", "kernels-doc"}
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
@@ -125,11 +125,11 @@ def test_numerics_is_one_option_everywhere():
         opts = {n: o for o in COMMANDS[command]["options"] for n in o["names"]}
         kinds.add((opts["--numerics"]["type"], opts["--numerics"]["default"]))
     (modes, default), = kinds  # the same modes and default in every command
-    assert {"reference", "official"} <= set(modes.split("|")) and default == "official", kinds
+    assert set(modes.split("|")) == {"reference", "official", "fast"} and default == "official", kinds
     for command, c in COMMANDS.items():
         assert not any("--mode" in o["names"] for o in c["options"]), command
-    r = run("logits", "--model", "x", "--ids", "1", "--out", "x.npy", "--numerics", "fast")
-    assert r.returncode == 2 and "--numerics" in r.stderr and "unknown numerics mode 'fast'" in r.stderr, r.stderr
+    r = run("logits", "--model", "x", "--ids", "1", "--out", "x.npy", "--numerics", "turbo")
+    assert r.returncode == 2 and "--numerics" in r.stderr and "unknown numerics mode 'turbo'" in r.stderr, r.stderr
 
 
 def test_serve_lists_the_engine_options():
@@ -217,7 +217,7 @@ def test_generate_text_needs_a_tokenizer():
 # Load progress: stderr only; periodic lines in logs, a live line on a terminal; the final line.
 
 LOADED = re.compile(r"^loaded: weights [\d.]+ [kMG]?B \((\d+) tensors\) in [\d.]+ s \([\d.-]+ GB/s\); "
-                    r"plan: cpu backend, reference numerics$", re.M)
+                    r"plan: cpu backend, reference numerics; kernels: the reference of every op$", re.M)
 
 
 def test_load_progress_in_logs():
@@ -267,7 +267,7 @@ def test_serve_final_load_line_has_the_kv_capacity():
     finally:
         s.stop()
     m = re.search(r"^loaded: weights [\d.]+ MB \(\d+ tensors\) .*; KV cache (\d+) tokens \((\d+) blocks of 128\), "
-                  r"(\d+) sequences of 1024 tokens \(8 state slots\), [\d.]+ MiB; plan: cpu backend, official numerics$",
+                  r"(\d+) sequences of 1024 tokens \(8 state slots\), [\d.]+ MiB; plan: cpu backend, official numerics; kernels: the reference of every op$",
                   log, re.M)
     assert m, log
     tokens, blocks, seqs = map(int, m.groups())
