@@ -16,4 +16,5 @@ int cmd_bench(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_render(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_quality(int argc, char** argv);
 }  // namespace dil::cli

@@ -17,6 +17,7 @@ const Command kCommands[] = {
     {"bench", "prefill / decode / ceilings benchmarks on dummy weights", cmd_bench},
     {"tokenize", "encode/decode JSON lines with a tokenizer.json", cmd_tokenize},
     {"render", "render chat messages to the model's prompt string (or --parse completions)", cmd_render},
+    {"quality", "held-out perplexity and greedy continuations of a trained checkpoint; --compare two runs", cmd_quality},
     {"serve", "OpenAI-compatible HTTP server (default: the bundled tiny-v4 model on the CPU)", cmd_serve},
 };
 
