@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   add_render(*top, &commands);
   add_serve(*top, &commands);
   add_kernels_doc(*top, &commands);
+  add_quality(*top, &commands);
   top->add_flag_callback(
       "--options-json",
       [&top] {
