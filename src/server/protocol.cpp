@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/json_limits.h"
 
 namespace dil::server {
 namespace {
@@ -163,6 +164,10 @@ Json error_body(const ApiError& e) {
 }
 
 Json parse_body(const std::string& body) {
+  // Before any DOM exists: what consumes a parsed document recurses per level.
+  if (json_too_deep(body))
+    throw ApiError(400, str_cat("request body nests arrays/objects deeper than ", kMaxJsonDepth, " levels"), "",
+                   "json_too_deep");
   Json j;
   try {
     j = Json::parse(body);
@@ -274,6 +279,9 @@ Json normalize_messages(const Json& messages) {
         const Json& args = tc["function"].contains("arguments") ? tc["function"]["arguments"] : Json();
         if (args.is_object()) n["tool_calls"][k]["function"]["arguments"] = args.dump();
         else if (!args.is_string()) bad(q + ".function.arguments", "'arguments' must be a JSON string");
+        else if (json_too_deep(args.get<std::string>()))  // the encoder parses it
+          throw ApiError(400, str_cat("'arguments' nests arrays/objects deeper than ", kMaxJsonDepth, " levels"),
+                         q + ".function.arguments", "json_too_deep");
         // Not-JSON argument text is rendered raw, as the official encoder does.
       }
     } else if (n.contains("tool_calls")) {
