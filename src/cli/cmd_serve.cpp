@@ -2,13 +2,16 @@
 // tiny-v4 model (models/tiny-v4, found next to the binary or the repo root) on the CPU at
 // 127.0.0.1:8000. `--dp N --ep N` runs N ranks (attention data-parallel, MoE expert-parallel,
 // src/runtime/dp_engine.h): rank 0 serves HTTP, the others run engine steps only.
-// SIGINT/SIGTERM stop it cleanly (exit 0): every thread blocks them and one watcher takes them.
+// SIGINT/SIGTERM stop it gracefully (exit 0): new requests get 503, running ones finish for up
+// to --shutdown-timeout seconds, the rest are aborted; a second signal exits at once. Every
+// thread blocks the signals and one watcher takes them.
 #include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <thread>
@@ -44,6 +47,7 @@ int usage() {
                "  [--served-model-name NAME] [--device cpu|cuda] [--max-model-len N] [--max-num-seqs N]\n"
                "  [--threads N] [--max-body-bytes N] [--max-concurrent N] [--overload reject|queue]\n"
                "  [--thinking] (thinking mode by default) [--health-stall-s S] [--numerics official|reference]\n"
+               "  [--shutdown-timeout S] (30) [--keep-alive-timeout S] (75) [--request-timeout S] (60) [--access-log]\n"
                "  [--dp N --ep N] (N ranks, rank i on GPU i; --ep must equal --dp)\n"
                "  [--nnodes M --node-rank K --master-addr HOST --master-port P] (--dp ranks over M machines)\n");
   return 2;
@@ -51,7 +55,8 @@ int usage() {
 
 // Takes SIGINT/SIGTERM (blocked in every thread) and calls on_stop, again every 100 ms until
 // `done`, so a stop that lands before the server listens is not lost. `ended` (optional),
-// polled as often, stops it too (the data-parallel job stopped from another rank).
+// polled as often, stops it too (the data-parallel job stopped from another rank). A second
+// signal ends the process at once (status 128 + signal), for an operator who will not wait.
 class SignalWatcher {
  public:
   SignalWatcher(sigset_t set, std::function<void()> on_stop, std::function<bool()> ended = {})
@@ -60,7 +65,12 @@ class SignalWatcher {
           while (!done_) {
             const timespec wait{0, 100 * 1000 * 1000};
             const int sig = sigtimedwait(&set, nullptr, &wait);
-            if (sig > 0 && !stopping) std::fprintf(stderr, "serve: got signal %d, shutting down\n", sig);
+            if (sig > 0 && stopping) {
+              std::fprintf(stderr, "serve: second signal %d, exiting now\n", sig);
+              std::fflush(stderr);
+              std::_Exit(128 + sig);
+            }
+            if (sig > 0) std::fprintf(stderr, "serve: got signal %d, shutting down (again to exit now)\n", sig);
             if (!stopping && sig <= 0 && ended && ended())
               std::fprintf(stderr, "serve: the data-parallel job was stopped by another rank, shutting down\n");
             stopping = stopping || sig > 0 || (ended && ended());
@@ -80,10 +90,10 @@ class SignalWatcher {
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
-  Args a(argc, argv, {"thinking", "help"});
+  Args a(argc, argv, {"thinking", "help", "access-log"});
   if (a.has("help")) return usage();
-  // A client that disconnects mid-write must not kill the process (cpp-httplib sends
-  // without MSG_NOSIGNAL).
+  // A client that disconnects mid-write must not kill the process (the server sends with
+  // MSG_NOSIGNAL; this also covers any other socket write).
   std::signal(SIGPIPE, SIG_IGN);
   // Before any thread starts (they inherit the mask), and before the launcher forks ranks.
   sigset_t stop_sigs;
@@ -138,6 +148,12 @@ int cmd_serve(int argc, char** argv) {
   so.reject_overload = overload == "reject";
   so.defaults.thinking = a.has("thinking");
   so.health_stall_s = double(a.get_int("health-stall-s", 60));
+  so.shutdown_timeout_s = double(a.get_int("shutdown-timeout", long(so.shutdown_timeout_s)));
+  so.keep_alive_timeout_s = double(a.get_int("keep-alive-timeout", long(so.keep_alive_timeout_s)));
+  so.request_timeout_s = double(a.get_int("request-timeout", long(so.request_timeout_s)));
+  so.access_log = a.has("access-log");
+  if (so.shutdown_timeout_s < 0 || so.keep_alive_timeout_s < 1 || so.request_timeout_s < 1)
+    DIL_FAIL("--shutdown-timeout must be >= 0, --keep-alive-timeout and --request-timeout >= 1");
 
   const int rank = run ? run->rank() : 0;
   std::unique_ptr<tok::Tokenizer> tok;
@@ -170,7 +186,7 @@ int cmd_serve(int argc, char** argv) {
   std::fprintf(stderr, "serving '%s' on http://%s:%d (OpenAI API under /v1, %d data-parallel rank%s)\n",
                so.model_name.c_str(), so.host.c_str(), port, dp, dp > 1 ? "s" : "");
   {
-    SignalWatcher w(stop_sigs, [&srv] { srv.stop(); }, [dpe] { return dpe && dpe->stopped(); });
+    SignalWatcher w(stop_sigs, [&srv] { srv.shutdown(); }, [dpe] { return dpe && dpe->stopped(); });
     srv.run();
   }
   engine->shutdown();

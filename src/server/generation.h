@@ -5,6 +5,7 @@
 #pragma once
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -64,6 +65,18 @@ class ChoiceDecoder {
   bool finished_ = false;
 };
 
+// The engine ids of every choice still running, so a shutdown can abort them all.
+class LiveRequests {
+ public:
+  void add(const std::string& id);
+  void remove(const std::string& id);
+  std::vector<std::string> ids() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::set<std::string> ids_;
+};
+
 struct ChoiceSpec {
   GenRequest request;   // prompt, sampling, stop (id filled by Generation)
   ChoiceConfig config;
@@ -73,7 +86,7 @@ struct ChoiceSpec {
 class Generation {
  public:
   Generation(Engine& e, Metrics& m, const tok::Tokenizer& t, tok::PromptFormat f,
-             std::string id, std::vector<ChoiceSpec> choices);
+             std::string id, std::vector<ChoiceSpec> choices, LiveRequests* live = nullptr);
   ~Generation();  // cancels unfinished choices
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
@@ -92,6 +105,7 @@ class Generation {
 
   Engine& engine_;
   Metrics& metrics_;
+  LiveRequests* live_;
   std::string id_;
   int64_t created_;
   Clock::time_point start_;

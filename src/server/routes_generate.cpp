@@ -1,6 +1,7 @@
 // /v1/chat/completions and /v1/completions: validate, render, tokenize, submit, then answer
 // with one JSON body or an SSE stream (role chunk, deltas, finish chunk, usage, [DONE]).
 #include <chrono>
+#include <optional>
 
 #include "core/check.h"
 #include "server/generation.h"
@@ -30,10 +31,13 @@ struct Collected {
   std::vector<GenToken> tokens;
 };
 
-std::vector<Collected> collect(Generation& g, size_t n_choices) {
+// Runs a non-streaming generation to its end. nullopt: the client went away (checked after
+// every engine output and every 100 ms), and dropping the Generation cancels the rest.
+std::optional<std::vector<Collected>> collect(Generation& g, size_t n_choices, const http::Request& req) {
   std::vector<Collected> out(n_choices);
   while (!g.done()) {
-    for (auto& d : g.poll(1000ms)) {
+    if (req.client_gone()) return std::nullopt;
+    for (auto& d : g.poll(100ms)) {
       Collected& c = out[size_t(d.index)];
       c.content += d.content;
       c.reasoning += d.reasoning;
@@ -48,6 +52,13 @@ std::vector<Collected> collect(Generation& g, size_t n_choices) {
   return out;
 }
 
+// What a handler answers when its client has gone: nobody reads it, but the access log and
+// the status metrics show it (nginx's 499).
+void client_gone(http::Response& res) {
+  send_error(res, ApiError(499, "client closed the connection", "", "client_closed_request"));
+  res.close = true;
+}
+
 struct StreamState {
   std::shared_ptr<Generation> gen;
   ResponseMeta meta;
@@ -57,6 +68,7 @@ struct StreamState {
   int top_logprobs = -1;  // -1: no logprobs
   bool started = false;
   bool finished = false;
+  std::chrono::steady_clock::time_point last_ping{};
   std::vector<size_t> text_len;  // completions: text offset per choice (for logprobs)
   std::vector<std::string> echo; // completions: prompt text per choice to echo first
 };
@@ -76,7 +88,7 @@ std::string chat_delta_chunks(const StreamState& st, const ChoiceDelta& d, const
   }
   if (!d.finish_reason.empty()) {
     Json ch{{"index", d.index}, {"delta", Json::object()}, {"logprobs", nullptr},
-            {"finish_reason", d.finish_reason == "abort" ? "stop" : d.finish_reason}};
+            {"finish_reason", d.finish_reason}};
     out += sse(chat_chunk(st.meta, Json::array({ch}), st.include_usage));
   }
   return out;
@@ -92,9 +104,9 @@ std::string completion_delta_chunks(StreamState& st, const ChoiceDelta& d, const
   return sse(completion_chunk(st.meta, Json::array({ch}), st.include_usage));
 }
 
-// Called by cpp-httplib until sink.done(); each call waits briefly for engine output so a
-// disconnect (failed write) is noticed within one engine step of output.
-bool pump(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, httplib::DataSink& sink) {
+// Called by the connection layer until sink.done(); each call waits briefly for engine output
+// so a disconnect (failed write) is noticed within one engine step of output.
+bool pump(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, http::DataSink& sink) {
   std::string out;
   if (!st->started) {
     st->started = true;
@@ -132,17 +144,27 @@ bool pump(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, httpl
     }
     out += kSseDone;
   }
+  if (out.empty() && sink.peer_shut_down()) {
+    // The client closed or half-closed, and there is nothing to send (a queued request, say):
+    // an SSE comment, which clients skip, at most once a second; a closed socket answers it
+    // with a reset, so the next write fails and the generation is cancelled.
+    const auto now = std::chrono::steady_clock::now();
+    if (now - st->last_ping >= 1s) {
+      st->last_ping = now;
+      out = ": ping\n\n";
+    }
+  }
   if (!out.empty() && !sink.write(out.data(), out.size())) return false;
   if (st->finished) sink.done();
   return true;
 }
 
-void stream_response(httplib::Response& res, std::shared_ptr<StreamState> st, const tok::Tokenizer& t) {
+void stream_response(http::Response& res, std::shared_ptr<StreamState> st, const tok::Tokenizer& t) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [st, &t](size_t, httplib::DataSink& sink) { return pump(st, t, sink); },
+      [st, &t](size_t, http::DataSink& sink) { return pump(st, t, sink); },
       [st](bool success) {
         // A failed write means the client went away: drop the generation now so the engine
         // frees the request's state at its next step (the destructor cancels it).
@@ -152,7 +174,7 @@ void stream_response(httplib::Response& res, std::shared_ptr<StreamState> st, co
 
 }  // namespace
 
-void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
+void Server::Core::chat(const http::Request& req, http::Response& res) {
   const Json body = parse_body(req.body);
   ChatRequest cr = parse_chat_request(body, opts.defaults, vocab);
   check_model(cr.gen.model);
@@ -182,7 +204,8 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
   admit(cr.gen.n);
   std::vector<ChoiceSpec> specs;
   add_choices(&specs, base, cfg, cr.gen.n, 0);
-  auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "chatcmpl-" + random_hex(24), std::move(specs));
+  auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "chatcmpl-" + random_hex(24), std::move(specs),
+                                          &live);
   ResponseMeta meta{gen->id(), gen->created(), opts.model_name};
   const int top = cr.logprobs ? cr.gen.sampling.logprobs : -1;
 
@@ -199,7 +222,9 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
     stream_response(res, std::move(st), tok);
     return;
   }
-  const auto got = collect(*gen, size_t(cr.gen.n));
+  const auto collected = collect(*gen, size_t(cr.gen.n), req);
+  if (!collected) return client_gone(res);
+  const auto& got = *collected;
   Json choices = Json::array();
   for (size_t i = 0; i < got.size(); ++i) {
     const Collected& c = got[i];
@@ -211,7 +236,7 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
     }
     choices.push_back(Json{{"index", i}, {"message", msg},
                            {"logprobs", top >= 0 ? chat_logprobs(tok, c.tokens, top) : Json()},
-                           {"finish_reason", c.finish_reason == "abort" ? "stop" : c.finish_reason}});
+                           {"finish_reason", c.finish_reason}});
   }
   send_json(res, 200,
             Json{{"id", meta.id}, {"object", "chat.completion"}, {"created", meta.created}, {"model", meta.model},
@@ -219,7 +244,7 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
                  {"usage", usage_json(gen->prompt_tokens(), gen->completion_tokens())}});
 }
 
-void Server::Core::completions(const httplib::Request& req, httplib::Response& res) {
+void Server::Core::completions(const http::Request& req, http::Response& res) {
   const Json body = parse_body(req.body);
   CompletionRequest cr = parse_completion_request(body, vocab);
   check_model(cr.gen.model);
@@ -253,7 +278,8 @@ void Server::Core::completions(const httplib::Request& req, httplib::Response& r
   }
   admit(int(specs.size()));
   const size_t n_choices = specs.size();
-  auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "cmpl-" + random_hex(24), std::move(specs));
+  auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "cmpl-" + random_hex(24), std::move(specs),
+                                          &live);
   ResponseMeta meta{gen->id(), gen->created(), opts.model_name};
   const int top = cr.gen.sampling.logprobs;
 
@@ -268,13 +294,15 @@ void Server::Core::completions(const httplib::Request& req, httplib::Response& r
     stream_response(res, std::move(st), tok);
     return;
   }
-  const auto got = collect(*gen, n_choices);
+  const auto collected = collect(*gen, n_choices, req);
+  if (!collected) return client_gone(res);
+  const auto& got = *collected;
   Json choices = Json::array();
   for (size_t i = 0; i < got.size(); ++i) {
     const Collected& c = got[i];
     choices.push_back(Json{{"index", i}, {"text", echo[i] + c.content},
                            {"logprobs", top >= 0 ? completion_logprobs(tok, c.tokens, top, echo[i].size()) : Json()},
-                           {"finish_reason", c.finish_reason == "abort" ? "stop" : c.finish_reason}});
+                           {"finish_reason", c.finish_reason}});
   }
   send_json(res, 200,
             Json{{"id", meta.id}, {"object", "text_completion"}, {"created", meta.created}, {"model", meta.model},

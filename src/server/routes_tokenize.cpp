@@ -4,7 +4,7 @@
 
 namespace dil::server {
 
-void Server::Core::tokenize(const httplib::Request& req, httplib::Response& res) {
+void Server::Core::tokenize(const http::Request& req, http::Response& res) {
   const Json body = parse_body(req.body);
   std::string model;
   read_string(body, "model", &model);
@@ -34,7 +34,7 @@ void Server::Core::tokenize(const httplib::Request& req, httplib::Response& res)
                  {"prompt", prompt}});
 }
 
-void Server::Core::detokenize(const httplib::Request& req, httplib::Response& res) {
+void Server::Core::detokenize(const http::Request& req, http::Response& res) {
   const Json body = parse_body(req.body);
   std::string model;
   read_string(body, "model", &model);
