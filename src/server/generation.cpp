@@ -69,10 +69,16 @@ ChoiceDelta ChoiceDecoder::push(const GenOutput& out, bool* stop_hit) {
   const bool engine_done = out.finish != FinishReason::None;
   if (engine_done) text += detok_.flush();
   bool hit = false;
-  std::string safe = stops_.push(text, &hit);
+  std::string safe;
+  if (completion_tokens_ <= cfg_.min_tokens) {
+    safe = std::move(text);  // vLLM checks stop strings only past min_tokens
+  } else {
+    safe = stops_.push(text, &hit);
+  }
   if (hit) {
     stopped_ = true;
     *stop_hit = true;
+    if (cfg_.include_stop_str) safe += stops_.matched();
   } else if (engine_done) {
     safe += stops_.flush();
   }

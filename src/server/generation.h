@@ -38,6 +38,8 @@ struct ChoiceConfig {
   bool parse_tools = false;       // tools were offered
   bool skip_special = true;
   std::vector<std::string> stop_strings;
+  bool include_stop_str = false;  // a completed stop string stays in the text (vLLM)
+  int min_tokens = 0;             // stop strings count only after this many tokens (vLLM)
 };
 
 // The text pipeline of one choice (no engine, no threads: unit-testable).

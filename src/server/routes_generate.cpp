@@ -24,6 +24,22 @@ void add_choices(std::vector<ChoiceSpec>* specs, const GenRequest& base, const C
   }
 }
 
+// vLLM's truncate_prompt_tokens: keep the last k tokens (-1: the context length).
+void truncate_prompt(std::vector<int32_t>* prompt, int k, int max_model_len) {
+  if (k == 0) return;
+  const size_t keep = size_t(k < 0 ? max_model_len : k);
+  if (keep > 0 && prompt->size() > keep) prompt->erase(prompt->begin(), prompt->end() - std::ptrdiff_t(keep));
+}
+
+ChoiceConfig choice_config(const GenParams& g) {
+  ChoiceConfig cfg;
+  cfg.skip_special = g.skip_special_tokens;
+  cfg.stop_strings = g.stop_strings;
+  cfg.include_stop_str = g.include_stop_str;
+  cfg.min_tokens = g.stop.min_tokens;
+  return cfg;
+}
+
 // Per-choice accumulation for non-streaming answers.
 struct Collected {
   std::string content, reasoning, finish_reason, error;
@@ -186,6 +202,10 @@ void Server::Core::chat(const http::Request& req, http::Response& res) {
   }
   GenRequest base;
   base.prompt = encode(prompt, "messages");
+  // The rendered prompt starts with BOS already; add_special_tokens adds another (as vLLM).
+  const int32_t bos = engine.info().bos_token_id;
+  if (cr.gen.add_special_tokens.value_or(false) && bos >= 0) base.prompt.insert(base.prompt.begin(), bos);
+  truncate_prompt(&base.prompt, cr.gen.truncate_prompt_tokens, engine.info().max_model_len);
   fit_context(&cr.gen, int(base.prompt.size()), "messages");
   base.sampling = cr.gen.sampling;
   base.stop = cr.gen.stop;
@@ -195,18 +215,17 @@ void Server::Core::chat(const http::Request& req, http::Response& res) {
     const int32_t id = tok.token_to_id(s);
     if (id >= 0) base.stop.stop_token_ids.push_back(id);
   }
-  ChoiceConfig cfg;
+  ChoiceConfig cfg = choice_config(cr.gen);
   cfg.chat = true;
   cfg.thinking = cr.chat.thinking_mode == "thinking";
   cfg.parse_tools = !cr.chat.tools.is_null();
-  cfg.skip_special = cr.gen.skip_special_tokens;
-  cfg.stop_strings = cr.gen.stop_strings;
   admit(cr.gen.n);
   std::vector<ChoiceSpec> specs;
   add_choices(&specs, base, cfg, cr.gen.n, 0);
   auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "chatcmpl-" + random_hex(24), std::move(specs),
                                           &live);
-  ResponseMeta meta{gen->id(), gen->created(), opts.model_name};
+  ResponseMeta meta{cr.gen.request_id.empty() ? gen->id() : "chatcmpl-" + cr.gen.request_id, gen->created(),
+                    opts.model_name};
   const int top = cr.logprobs ? cr.gen.sampling.logprobs : -1;
 
   if (cr.gen.stream) {
@@ -251,9 +270,7 @@ void Server::Core::completions(const http::Request& req, http::Response& res) {
   const int32_t bos = engine.info().bos_token_id;
   std::vector<ChoiceSpec> specs;
   std::vector<std::string> echo;
-  ChoiceConfig cfg;
-  cfg.skip_special = cr.gen.skip_special_tokens;
-  cfg.stop_strings = cr.gen.stop_strings;
+  const ChoiceConfig cfg = choice_config(cr.gen);
   int max_tokens_given = cr.gen.stop.max_tokens;
   const int rank = dp_rank(req);
   for (size_t p = 0; p < cr.prompts.size(); ++p) {
@@ -262,10 +279,14 @@ void Server::Core::completions(const http::Request& req, http::Response& res) {
     if (pr.is_text) {
       // Like HF's add_special_tokens=True for DeepSeek: BOS first.
       base.prompt = encode(pr.text, "prompt");
-      if (bos >= 0 && (base.prompt.empty() || base.prompt[0] != bos)) base.prompt.insert(base.prompt.begin(), bos);
+      const bool add_bos = cr.gen.add_special_tokens.value_or(true);
+      if (add_bos && bos >= 0 && (base.prompt.empty() || base.prompt[0] != bos))
+        base.prompt.insert(base.prompt.begin(), bos);
+      if (base.prompt.empty()) throw ApiError(400, "the prompt has no tokens", "prompt");
     } else {
       base.prompt = pr.ids;
     }
+    truncate_prompt(&base.prompt, cr.gen.truncate_prompt_tokens, engine.info().max_model_len);
     GenParams g = cr.gen;
     g.stop.max_tokens = max_tokens_given;
     fit_context(&g, int(base.prompt.size()), "prompt");
@@ -280,7 +301,8 @@ void Server::Core::completions(const http::Request& req, http::Response& res) {
   const size_t n_choices = specs.size();
   auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "cmpl-" + random_hex(24), std::move(specs),
                                           &live);
-  ResponseMeta meta{gen->id(), gen->created(), opts.model_name};
+  ResponseMeta meta{cr.gen.request_id.empty() ? gen->id() : "cmpl-" + cr.gen.request_id, gen->created(),
+                    opts.model_name};
   const int top = cr.gen.sampling.logprobs;
 
   if (cr.gen.stream) {

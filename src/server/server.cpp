@@ -74,6 +74,7 @@ http::HttpConfig http_config(const ServerOptions& o) {
 
 Server::Core::Core(Engine& e, const tok::Tokenizer& t, tok::PromptFormat f, ServerOptions o)
     : engine(e), tok(t), format(f), opts(std::move(o)), metrics(opts.model_name), http(http_config(opts)) {
+  opts.defaults.format = f;
   vocab = t.vocab_size();
   if (e.info().vocab_size > 0) vocab = std::min<int64_t>(vocab, e.info().vocab_size);
 }
