@@ -211,7 +211,8 @@ Server::Server(Engine& engine, const tok::Tokenizer& tok, tok::PromptFormat form
       send_json(res, 200, Json{{"status", "ok"}});
   }));
   h.get("/metrics", guarded([&c](const http::Request&, http::Response& res) {
-    res.set_content(c.metrics.render(c.engine.stats()), "text/plain; version=0.0.4; charset=utf-8");
+    const HttpGauges g{c.http.open_connections(), c.http.worker_threads(), c.draining.load()};
+    res.set_content(c.metrics.render(c.engine.stats(), g), "text/plain; version=0.0.4; charset=utf-8");
   }));
   h.get("/v1/models", guarded([&c](const http::Request&, http::Response& res) {
     Json m{{"id", c.opts.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "deepinfer-lab"},
