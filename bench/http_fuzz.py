@@ -6,7 +6,9 @@ then mutated at three levels: the JSON value (fields dropped, retyped, extreme n
 unicode edge cases, nesting), the body bytes (flips, inserts, cuts) and the HTTP framing
 (chunked bodies, wrong or missing Content-Length, odd headers, methods, paths, HTTP/1.0,
 pipelining, half-close). Every answer must be 2xx or 4xx (501/505 only where the request asked
-for an unsupported transfer coding or HTTP version), and the server must stay healthy.
+for an unsupported transfer coding or HTTP version), and the server must stay healthy. 499 is
+what a half-closed HTTP/1.0 client gets for a generation: with no 1xx probe allowed, its EOF
+means it has gone.
 
     python bench/http_fuzz.py --n 100000                 # starts the bundled model itself
     python bench/http_fuzz.py --port 8000 --n 5000       # against a running server
@@ -286,7 +288,7 @@ class Stats:
                         self.protocol_5xx += 1
                     else:
                         self.bad.append((s, raw[:400]))
-            if not statuses:
+            if not statuses and raw.strip():  # a mutation that left no bytes requests nothing
                 self.no_answer += 1
                 self.silent.append(raw[:300])
 
