@@ -26,6 +26,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
   std::map<int32_t, float> logit_bias;
+  std::vector<int32_t> allowed_token_ids;  // non-empty: every other token is masked (vLLM)
   std::optional<uint64_t> seed;  // seeded: draws keyed by (seed, position), batch-independent
   int logprobs = -1;             // -1: none; 0: chosen token only; N: plus top-N (N <= max_logprobs)
 };
@@ -37,6 +38,8 @@ enum class LogprobsMode { Raw, Processed };
 
 struct StopParams {
   int max_tokens = 16;                  // >= 1; prompt + max_tokens <= max_model_len
+  int min_tokens = 0;                   // EOS and stop_token_ids are masked until this many
+                                        // tokens are generated (vLLM's min_tokens)
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
 };

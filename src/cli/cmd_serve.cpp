@@ -2,13 +2,16 @@
 // tiny-v4 model (models/tiny-v4, found next to the binary or the repo root) on the CPU at
 // 127.0.0.1:8000. `--dp N --ep N` runs N ranks (attention data-parallel, MoE expert-parallel,
 // src/runtime/dp_engine.h): rank 0 serves HTTP, the others run engine steps only.
-// SIGINT/SIGTERM stop it cleanly (exit 0): every thread blocks them and one watcher takes them.
+// SIGINT/SIGTERM stop it gracefully (exit 0): new requests get 503, running ones finish for up
+// to --shutdown-timeout seconds, the rest are aborted; a second signal exits at once. Every
+// thread blocks the signals and one watcher takes them.
 #include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <thread>
 
@@ -26,7 +29,8 @@ namespace {
 
 // Takes SIGINT/SIGTERM (blocked in every thread) and calls on_stop, again every 100 ms until
 // `done`, so a stop that lands before the server listens is not lost. `ended` (optional),
-// polled as often, stops it too (the data-parallel job stopped from another rank).
+// polled as often, stops it too (the data-parallel job stopped from another rank). A second
+// signal ends the process at once (status 128 + signal), for an operator who will not wait.
 class SignalWatcher {
  public:
   SignalWatcher(sigset_t set, std::function<void()> on_stop, std::function<bool()> ended = {})
@@ -35,7 +39,12 @@ class SignalWatcher {
           while (!done_) {
             const timespec wait{0, 100 * 1000 * 1000};
             const int sig = sigtimedwait(&set, nullptr, &wait);
-            if (sig > 0 && !stopping) std::fprintf(stderr, "serve: got signal %d, shutting down\n", sig);
+            if (sig > 0 && stopping) {
+              std::fprintf(stderr, "serve: second signal %d, exiting now\n", sig);
+              std::fflush(stderr);
+              std::_Exit(128 + sig);
+            }
+            if (sig > 0) std::fprintf(stderr, "serve: got signal %d, shutting down (again to exit now)\n", sig);
             if (!stopping && sig <= 0 && ended && ended())
               std::fprintf(stderr, "serve: the data-parallel job was stopped by another rank, shutting down\n");
             stopping = stopping || sig > 0 || (ended && ended());
@@ -53,8 +62,8 @@ class SignalWatcher {
 };
 
 int run_serve(ServeOptions o, const ProgramArgs& prog) {
-  // A client that disconnects mid-write must not kill the process (cpp-httplib sends
-  // without MSG_NOSIGNAL).
+  // A client that disconnects mid-write must not kill the process (the server sends with
+  // MSG_NOSIGNAL; this also covers any other socket write).
   std::signal(SIGPIPE, SIG_IGN);
   // Before any thread starts (they inherit the mask), and before the launcher forks ranks.
   sigset_t stop_sigs;
@@ -115,7 +124,7 @@ int run_serve(ServeOptions o, const ProgramArgs& prog) {
   std::fprintf(stderr, "serving '%s' on http://%s:%d (OpenAI API under /v1, %d data-parallel rank%s)\n",
                so.model_name.c_str(), so.host.c_str(), port, dp, dp > 1 ? "s" : "");
   {
-    SignalWatcher w(stop_sigs, [&srv] { srv.stop(); }, [dpe] { return dpe && dpe->stopped(); });
+    SignalWatcher w(stop_sigs, [&srv] { srv.shutdown(); }, [dpe] { return dpe && dpe->stopped(); });
     srv.run();
   }
   engine->shutdown();

@@ -69,10 +69,15 @@ CLI::App* declare_serve(CLI::App& top, ServeOptions& o, const std::string& descr
   add_switch(c, "--thinking", s.defaults.thinking, "thinking mode for chat requests that do not choose");
   c->add_option("--health-stall-s", s.health_stall_s, "/health says 503 when queued work sees no step this long")
       ->check(CLI::PositiveNumber);
-  c->add_option("--shutdown-timeout", o.shutdown_timeout_s,
+  c->add_option("--shutdown-timeout", s.shutdown_timeout_s,
                 "on SIGTERM/SIGINT, seconds running requests get to finish before they are aborted")
       ->check(CLI::NonNegativeNumber);
-  c->add_option("--access-log", o.access_log, "one line per request to FILE ('-': stderr)")->default_str("off");
+  c->add_option("--keep-alive-timeout", s.keep_alive_timeout_s,
+                "idle keep-alive connections close after this long (announced in Keep-Alive: timeout=)")
+      ->check(CLI::Range(1.0, 86400.0));
+  c->add_option("--request-timeout", s.request_timeout_s, "a request must arrive completely within this long")
+      ->check(CLI::Range(1.0, 86400.0));
+  add_switch(c, "--access-log", s.access_log, "one line per response on stderr");
   c->add_option("--dp", o.dp, "data-parallel ranks, one process per GPU (rank i on GPU i of its machine)")
       ->check(CLI::PositiveNumber);
   c->add_option("--ep", o.ep, "expert-parallel ranks (must equal --dp)")->default_str("= --dp")->check(CLI::PositiveNumber);

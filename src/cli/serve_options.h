@@ -18,10 +18,6 @@ struct ServeOptions {
   int dp = 1;                    // data-parallel ranks (one process per GPU)
   int ep = 0;                    // expert-parallel ranks; 0: = dp (the only supported value)
   LaunchRequest launch;          // nproc is dp / nnodes
-  // For the server half of issue 24 (graceful shutdown, access log); declared here so that the
-  // flags exist in one place. Wired by the server (src/server), not read by serve yet.
-  double shutdown_timeout_s = 30;  // SIGTERM/SIGINT: running requests get this long to finish
-  std::string access_log;          // one line per request to this file ("-": stderr); empty: off
 };
 
 // Adds the `serve` subcommand with every option bound to `o` (which must outlive parsing).

@@ -63,6 +63,7 @@ class EngineImpl final : public Engine {
   std::string validate(const GenRequest& r) const;
   bool step();
   void commit(Sequence* s, const SampleResult& r);
+  std::vector<int32_t> min_tokens_ban(const Sequence& s) const;
   void finish(Sequence* s, FinishReason why, std::string error = {});
   void publish_stats();
 
@@ -177,6 +178,9 @@ std::string EngineImpl::validate(const GenRequest& r) const {
   for (int32_t t : r.prompt)
     if (t < 0 || t >= vocab) return str_cat("prompt token id ", t, " is outside [0, ", vocab, ")");
   if (r.stop.max_tokens < 1) return "max_tokens must be at least 1";
+  if (r.stop.min_tokens < 0 || r.stop.min_tokens > r.stop.max_tokens) return "min_tokens must be in [0, max_tokens]";
+  for (int32_t t : r.sampling.allowed_token_ids)
+    if (t < 0 || t >= vocab) return str_cat("allowed_token_ids id ", t, " is outside [0, ", vocab, ")");
   if (int64_t(r.prompt.size()) + r.stop.max_tokens > opts_.max_model_len)
     return str_cat("prompt (", r.prompt.size(), " tokens) + max_tokens (", r.stop.max_tokens,
                    ") exceeds the maximum context length ", opts_.max_model_len);
@@ -259,6 +263,20 @@ void EngineImpl::commit(Sequence* s, const SampleResult& r) {
   }
 }
 
+// Before min_tokens, what would stop the request (EOS unless ignored, stop ids) is masked, as
+// vLLM's min-tokens logits processor does; never when it would leave no allowed token.
+std::vector<int32_t> EngineImpl::min_tokens_ban(const Sequence& s) const {
+  std::vector<int32_t> ban;
+  if (s.num_generated() >= s.stop.min_tokens) return ban;
+  ban = s.stop.stop_token_ids;
+  if (!s.stop.ignore_eos) ban.push_back(info_.eos_token_id);
+  const auto& allowed = s.sampling.allowed_token_ids;
+  if (!allowed.empty() &&
+      std::all_of(allowed.begin(), allowed.end(), [&](int32_t t) { return std::find(ban.begin(), ban.end(), t) != ban.end(); }))
+    ban.clear();
+  return ban;
+}
+
 bool EngineImpl::step() {
   Schedule sch = sched_->schedule();
   if (sch.chunks.empty())
@@ -312,8 +330,9 @@ bool EngineImpl::step() {
     std::span<const float> lrow(logits.data() + row * vocab, vocab);
     ++row;
     std::span<const int32_t> all(s->tokens);
+    const std::vector<int32_t> banned = min_tokens_ban(*s);
     SampleResult r = sample_token(lrow, s->sampling, all.first(s->prompt_len), all.subspan(s->prompt_len), s->seed,
-                                  s->len(), opts_.logprobs_mode);
+                                  s->len(), opts_.logprobs_mode, banned);
     commit(s, r);
   }
   return true;

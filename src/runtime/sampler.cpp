@@ -104,15 +104,24 @@ void apply_filters(std::vector<float>& x, const SamplingParams& sp) {
 }  // namespace
 
 SampleResult sample_token(std::span<const float> logits, const SamplingParams& sp, std::span<const int32_t> prompt,
-                          std::span<const int32_t> output, uint64_t seed, int64_t position, LogprobsMode mode) {
+                          std::span<const int32_t> output, uint64_t seed, int64_t position, LogprobsMode mode,
+                          std::span<const int32_t> banned) {
   const int32_t vocab = int32_t(logits.size());
   DIL_CHECK(vocab > 0, "empty logits row");
   std::vector<float> raw_lp;
   if (sp.logprobs >= 0 && mode == LogprobsMode::Raw) raw_lp = log_softmax(logits);
 
   std::vector<float> x(logits.begin(), logits.end());  // [vocab] f32, processed in place
+  if (!sp.allowed_token_ids.empty()) {
+    std::vector<float> kept(size_t(vocab), kNegInf);  // [vocab] f32
+    for (int32_t t : sp.allowed_token_ids)
+      if (t >= 0 && t < vocab) kept[size_t(t)] = x[size_t(t)];
+    x.swap(kept);
+  }
   for (auto [t, b] : sp.logit_bias)
     if (t >= 0 && t < vocab) x[t] += b;
+  for (int32_t t : banned)
+    if (t >= 0 && t < vocab) x[t] = kNegInf;
   apply_penalties(x, sp, prompt, output);
 
   SampleResult r;

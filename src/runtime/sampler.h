@@ -3,7 +3,8 @@
 //
 // Order of processing (vLLM v1 `Sampler.forward`, docs.vllm.ai vllm.v1.sample.sampler):
 //  1. raw logprobs = log_softmax(model logits)                 (what logprobs report by default)
-//  2. logit bias: logits[t] += bias[t]
+//  2. allowed_token_ids (every other token -inf), logit bias: logits[t] += bias[t], then the
+//     `banned` tokens -inf (the engine bans EOS and stop ids before min_tokens)
 //  3. penalties (OpenAI / vLLM semantics):
 //     - repetition (vLLM/HF, multiplicative): for every token seen in the prompt OR the output,
 //       logit > 0 ? logit / r : logit * r
@@ -33,7 +34,8 @@ struct SampleResult {
 // `logits` [vocab] f32. `position`: the absolute position the sampled token will occupy (its
 // index in prompt + output). `n_logprobs`: SamplingParams::logprobs (-1 none).
 SampleResult sample_token(std::span<const float> logits, const SamplingParams& sp, std::span<const int32_t> prompt,
-                          std::span<const int32_t> output, uint64_t seed, int64_t position, LogprobsMode mode);
+                          std::span<const int32_t> output, uint64_t seed, int64_t position, LogprobsMode mode,
+                          std::span<const int32_t> banned = {});
 
 // Temperature under which sampling is greedy (vLLM's _SAMPLING_EPS).
 inline constexpr float kGreedyTemperature = 1e-5f;

@@ -68,6 +68,26 @@ TEST(Sampler, GreedyIsArgmaxWithLowestIdTies) {
   EXPECT_EQ(run(kLogits, sp).token, 4);
 }
 
+TEST(Sampler, AllowedTokensAndBannedTokensAreMasked) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.allowed_token_ids = {0, 4};
+  EXPECT_EQ(run(kLogits, sp).token, 0);  // 1.0 > -1.0; the argmax 1 is not allowed
+  sp.allowed_token_ids.clear();
+  const std::vector<int32_t> ban = {1};
+  EXPECT_EQ(sample_token(kLogits, sp, {}, {}, 1, 0, LogprobsMode::Raw, ban).token, 3);
+  // A draw over the allowed set only, in proportion to its softmax; raw logprobs unchanged.
+  sp.temperature = 1.0f;
+  sp.allowed_token_ids = {3, 5};
+  std::vector<float> only(kLogits.size(), -INFINITY);
+  only[3] = kLogits[3];
+  only[5] = kLogits[5];
+  expect_distribution(kLogits, sp, softmax(only));
+  sp.logprobs = 0;
+  const SampleResult r = run(kLogits, sp);
+  EXPECT_NEAR(r.logprob, std::log(softmax(kLogits)[size_t(r.token)]), 1e-5);
+}
+
 TEST(Sampler, TemperatureDrawFollowsTheSoftmax) {
   SamplingParams sp;
   sp.temperature = 0.7f;
