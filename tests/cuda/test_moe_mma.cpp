@@ -341,7 +341,9 @@ class CudaMoeMma : public CudaParity {
     // The SIMT kernels are bit-identical to the reference (double sums); f32 accumulation over
     // K >= 224 terms is not, so equal outputs everywhere would mean the tensor-core path did not
     // run. (In fast numerics the bf16 roundings hide most accumulation differences: not checked.)
-    if (!c.fast) EXPECT_GT(differ, 0u) << c.what << ": output bit-identical to the CPU: the tensor-core path did not run";
+    if (!c.fast) {
+      EXPECT_GT(differ, 0u) << c.what << ": output bit-identical to the CPU: the tensor-core path did not run";
+    }
     if (c.fast) {
       // The bound above is wide at the real shapes (its worst-case accumulation term exceeds a
       // bf16 ulp, so every rounding may flip in it), too wide to see whether the roundings
