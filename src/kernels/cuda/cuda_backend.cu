@@ -133,11 +133,7 @@ class CudaBackend final : public Backend {
   void rope(Tensor x, const Tensor& pos, const RopeTable& table, bool inverse) override {
     cuda::rope(c_, x, pos, table, inverse);
   }
-  void fp8_qdq(Tensor x, int cols, int block) override {
-    DIL_CHECK(x.dtype == DType::F32, "fp8_qdq: f32 only");
-    int64_t d = x.size(-1);
-    cuda::fp8_qdq(c_, x.ptr<float>(), x.numel() / d, d, cols, block);
-  }
+  void fp8_qdq(Tensor x, int cols, int block) override { cuda::fp8_qdq(c_, x, cols, block); }
   void fp4_qdq(Tensor x, int block, bool e4m3_scale) override { cuda::fp4_qdq(c_, x, block, e4m3_scale); }
   void hadamard(Tensor x) override { cuda::hadamard(c_, x); }
 

@@ -47,13 +47,26 @@ struct Ctx {
   Buffer scratch(size_t bytes) { return arena->get(bytes); }
 };
 
-// elementwise.cu
+// elementwise.cu. Activation tensors are f32 or bf16 (backend.h); the typed pointer forms
+// take float | bf16_t (common.cuh).
 void fill_f32(Ctx& c, float* p, int64_t n, float v);
+// out[i] = in[i], rounded to TO (instantiated for f32 <-> bf16).
+template <class TI, class TO>
+void convert(Ctx& c, const TI* in, TO* out, int64_t n);
+// An f32 copy of an activation tensor (bf16 widened exactly) into out [numel] f32.
+void to_f32(Ctx& c, const Tensor& in, float* out);
 void add(Ctx& c, const Tensor& a, const Tensor& b, Tensor out);
 void embed(Ctx& c, const Weight& table, const Tensor& ids, Tensor out);
 void rms_norm(Ctx& c, const Tensor& x, const Tensor& w, float eps, Tensor out);
 void rope(Ctx& c, Tensor x, const Tensor& pos, const RopeTable& t, bool inverse);
-void fp8_qdq(Ctx& c, float* x, int64_t rows, int64_t ld, int cols, int block);
+// FP8 act-quant QDQ (model-spec 3.1) of columns [0, cols) of `rows` rows in blocks of `block`:
+// in [rows, ld_in] -> out [rows, ld_out]; in place when out == in (same ld), else only columns
+// [0, cols) of out are written. Instantiated for every pair of float | bf16_t (QDQ'd values
+// are exact in bf16, so a bf16 output holds them exactly).
+template <class TI, class TO>
+void fp8_qdq(Ctx& c, const TI* in, int64_t ld_in, TO* out, int64_t ld_out, int64_t rows, int cols, int block);
+// In place on an activation tensor [R, d] (rows = numel / last dim).
+void fp8_qdq(Ctx& c, Tensor x, int cols, int block);
 void fp4_qdq(Ctx& c, Tensor x, int block, bool e4m3_scale);
 void hadamard(Ctx& c, Tensor x);
 void swiglu(Ctx& c, const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out);
@@ -67,10 +80,12 @@ std::map<std::string, double> measure_ceilings(cublasLtHandle_t lt, cudaStream_t
 // gemm.cu. out[m, :] = W . x[m, :] over `groups` independent groups (grouped_linear).
 void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out, const std::string& impl);
 void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, const std::string& impl);
-// SIMT GEMM core shared with the MoE: out[M, N] (ldo) = X[M, K] (ldx) . W^T (fp32 accumulate).
-void gemm_simt(Ctx& c, const float* x, int64_t ldx, int64_t m, const WView& w, int64_t w_row0,
-               float* out, int64_t ldo, int groups, int64_t x_gstride, int64_t o_gstride,
-               int64_t w_gstride);
+// The SIMT GEMM of linear / grouped_linear (its tiles, gemm_simt.cuh / gemv.cuh, are shared
+// with the MoE): out[M, N] (ldo) = X[M, K] (ldx) . W^T, double accumulation rounded once.
+// X and out are float | bf16_t (instantiated for all four pairs).
+template <class TX, class TO>
+void gemm_simt(Ctx& c, const TX* x, int64_t ldx, int64_t m, const WView& w, int64_t w_row0, TO* out, int64_t ldo,
+               int groups, int64_t x_gstride, int64_t o_gstride, int64_t w_gstride);
 
 // mhc.cu
 void hc_mix(Ctx& c, const Tensor& X, const HcArgs& a, Tensor pre, Tensor post, Tensor comb);
