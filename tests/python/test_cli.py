@@ -49,7 +49,7 @@ def help_lines(command):
 
 def test_every_command_is_declared():
     assert set(COMMANDS) == {"", "inspect", "logits", "generate", "kv-report", "bench", "bench prefill",
-                             "bench decode", "bench ceilings", "tokenize", "render", "serve", "kernels-doc"}
+                             "bench decode", "bench ceilings", "tokenize", "render", "serve", "kernels-doc", "quality"}
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
