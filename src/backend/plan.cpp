@@ -189,7 +189,7 @@ std::string KernelPlan::table() const {
                                                 : str_cat(k.min_rows, "+");
       if (e.impls.size() == 1) rows = "all";
       s << "| " << e.site.op << " | " << e.site.where << " | " << e.site.describe() << " | " << rows << " | "
-        << k.name << " | " << k.tolerance << " |\n";
+        << k.name << " | " << k.tolerance.text() << " |\n";
     }
   }
   return s.str();
@@ -310,7 +310,7 @@ std::string registry_markdown(const std::vector<KernelImpl>& registry, const std
   s << "|---|---|---|---|---|---|\n";
   for (const KernelImpl& k : registry)
     s << "| " << k.op << " | `" << k.name << "` | " << (k.min_rows ? str_cat(">= ", k.min_rows) : std::string("any"))
-      << " | " << k.what << " | " << k.tolerance << " | " << k.test << " |\n";
+      << " | " << k.what << " | " << k.tolerance.text() << " | " << k.test << " |\n";
   return s.str();
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/numerics.h"
+#include "backend/tolerance.h"
 #include "core/dtype.h"
 
 namespace dil {
@@ -80,7 +81,7 @@ struct KernelImpl {
   // The requirements of `s` this implementation does not meet (empty: it can run `s`).
   std::vector<std::string> (*unmet)(const OpSite& s) = nullptr;
   int64_t min_rows = 0;  // used for calls of at least this many rows (0: any)
-  std::string tolerance;  // against the CPU reference of the same numerics: "exact", "rel 2e-3 / abs 2e-2 ..."
+  Tolerance tolerance;    // against the CPU reference of the same numerics (backend/tolerance.h)
   std::string test;       // where that tolerance is derived and checked
 };
 

@@ -23,6 +23,7 @@
 #include "core/check.h"
 #include "cli/dist_run.h"
 #include "cli/ids.h"
+#include "cli/layer_kinds.h"
 #include "cli/load_report.h"
 #include "cli/shared_options.h"
 #include "model/cost.h"
@@ -60,23 +61,6 @@ struct BenchCeilingsOptions {
   std::string device = "cuda";
   std::string json;
 };
-
-std::string layer_kind(const ModelConfig& c, int L) {
-  int r = c.ratio(L);
-  if (c.arch == Arch::V4) return r == 0 ? "SWA" : r == 4 ? "CSA" : "HCA";
-  switch (c.role(L)) {
-    case LayerRole::Swa: return "SWA";
-    case LayerRole::Full: return "Full-r" + std::to_string(r);
-    case LayerRole::Reuse: return "Reuse-r" + std::to_string(r);
-    case LayerRole::Reindex: return "Reindex-r" + std::to_string(r);
-  }
-  return "?";
-}
-
-std::vector<int> default_layers(const ModelConfig& c) {
-  if (c.arch == Arch::V4) return {1, 3, 4};  // SWA (hash-routed), HCA, CSA
-  return {0, 2, 3, 20, 21, 24};              // SWA, Full r2, Reuse r2, Full r1 (candidates), Reuse r1, Reindex
-}
 
 struct Run {
   double step_ms = 0;

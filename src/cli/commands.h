@@ -19,4 +19,5 @@ void add_render(CLI::App& top, std::vector<Declared>* out);
 void add_serve(CLI::App& top, std::vector<Declared>* out);
 void add_kernels_doc(CLI::App& top, std::vector<Declared>* out);
 void add_quality(CLI::App& top, std::vector<Declared>* out);
+void add_trace(CLI::App& top, std::vector<Declared>* out);
 }  // namespace dil::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   add_serve(*top, &commands);
   add_kernels_doc(*top, &commands);
   add_quality(*top, &commands);
+  add_trace(*top, &commands);
   top->add_flag_callback(
       "--options-json",
       [&top] {

@@ -13,8 +13,11 @@ namespace dil {
 class StepProfiler {
  public:
   explicit StepProfiler(Backend& be) : be_(be) {}
-  void begin(const char* module) { open_.push_back({module, be_.record_event(), -1}); }
-  void end() { open_.back().to = be_.record_event(); done_.push_back(open_.back()); open_.pop_back(); }
+  virtual ~StepProfiler() = default;
+  // Virtual so that a tool can follow the scopes instead of timing them (src/trace names each
+  // op after the layer and module it runs in).
+  virtual void begin(const char* module) { open_.push_back({module, be_.record_event(), -1}); }
+  virtual void end() { open_.back().to = be_.record_event(); done_.push_back(open_.back()); open_.pop_back(); }
   // Milliseconds per module over the recorded intervals (nested intervals count in both).
   std::map<std::string, double> totals_ms() const {
     std::map<std::string, double> t;

@@ -49,7 +49,8 @@ def help_lines(command):
 
 def test_every_command_is_declared():
     assert set(COMMANDS) == {"", "inspect", "logits", "generate", "kv-report", "bench", "bench prefill",
-                             "bench decode", "bench ceilings", "tokenize", "render", "serve", "kernels-doc", "quality"}
+                             "bench decode", "bench ceilings", "tokenize", "render", "serve", "kernels-doc", "quality",
+                             "trace"}
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
