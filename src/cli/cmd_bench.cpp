@@ -1,7 +1,7 @@
 // deepinfer-lab bench prefill|decode|ceilings
 //
 //   bench prefill --config FILE [--context 131072] [--cached 126976] [--new-tokens 4096]
-//                 [--layers 1,3,4|all] [--device cuda] [--numerics official] [--iters 3] [--json OUT]
+//                 [--layers 1,3,4|all] [--device cuda] [--numerics fast] [--iters 3] [--json OUT]
 //   bench decode  --config FILE --batch B --context C [...same options]
 //   bench ceilings [--device cuda]
 //   prefill/decode also take --no-replay (V4.1: every layer on every row, the baseline of the
@@ -282,7 +282,7 @@ void add_model_options(CLI::App* c, BenchModelOptions& o) {
         if (s != "all" && parse_int_list(s).empty()) DIL_FAIL("expected a layer list or 'all'");
       }));
   add_device_option(c, o.device);
-  add_numerics_option(c, o.numerics);
+  add_numerics_option(c, o.numerics, o.device);
   c->add_option("--iters", o.iters, "timed steps")->check(CLI::PositiveNumber);
   c->add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   c->add_option("--json", o.json, "also write the results to this JSON file");

@@ -1,5 +1,5 @@
 // deepinfer-lab generate --model DIR (--prompt-ids LIST|FILE[;LIST...] | --prompt TEXT [--chat [--thinking]])
-//                        [--max-tokens N] [--print-ids] [--numerics reference|official] [--device cpu|cuda]
+//                        [--max-tokens N] [--print-ids] [--numerics reference|official|fast] [--device cpu|cuda]
 //                        [--nproc N [--nnodes M --node-rank K --master-addr H --master-port P]]
 // Greedy generation straight on the model (no engine). The prompt is token ids, or TEXT
 // tokenized with the model folder's tokenizer.json (BOS first, like /v1/completions), or with
@@ -127,8 +127,8 @@ void add_generate(CLI::App& top, std::vector<Declared>* out) {
   add_switch(c, "--thinking", o->thinking, "--chat in thinking mode (serve's default)")->needs(chat);
   c->add_option("--max-tokens", o->max_tokens, "tokens to generate (fewer when EOS comes)")->check(CLI::PositiveNumber);
   add_switch(c, "--print-ids", o->print_ids, "print the generated ids of a text prompt too (--prompt-ids always does)");
-  add_numerics_option(c, o->numerics);
   add_device_option(c, o->device);
+  add_numerics_option(c, o->numerics, o->device);
   add_launch_options(c, o->launch, true);
   require(c, {"--model"});
   require(c, {"--prompt-ids", "--prompt"});

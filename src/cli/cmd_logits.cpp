@@ -1,5 +1,5 @@
 // deepinfer-lab logits --model DIR --ids LIST|FILE[;LIST...] [--chunks 100,37,...] [--decode-from N]
-//                      [--numerics reference|official] [--device cpu|cuda] --out FILE.npy
+//                      [--numerics reference|official|fast] [--device cpu|cuda] --out FILE.npy
 //                      [--nproc N [--nnodes M --node-rank K --master-addr H --master-port P]]
 // Runs the forward over the ids (whole, in the given chunks, or a prefill of N tokens followed
 // by single-token steps) and writes every position's logits, float32 [n_tokens, vocab].
@@ -116,8 +116,8 @@ void add_logits(CLI::App& top, std::vector<Declared>* out) {
       ->default_str("off")
       ->check(CLI::PositiveNumber)
       ->excludes(chunks);
-  add_numerics_option(c, o->numerics);
   add_device_option(c, o->device);
+  add_numerics_option(c, o->numerics, o->device);
   add_launch_options(c, o->launch, true);
   require(c, {"--model"});
   require(c, {"--ids"});

@@ -1,4 +1,4 @@
-// deepinfer-lab quality --model DIR [--numerics reference|official] [--device cpu|cuda]
+// deepinfer-lab quality --model DIR [--numerics reference|official|fast] [--device cpu|cuda]
 //                       [--text FILE] [--window 512] [--windows N] [--prompts 32]
 //                       [--prompt-len 256] [--gen 64] [--out RUN.json]
 // deepinfer-lab quality --compare A.json B.json [--max-ppl-ratio R] [--min-agreement F]
@@ -217,8 +217,8 @@ void add_quality(CLI::App& top, std::vector<Declared>* out) {
   CLI::App* c = top.add_subcommand(
       "quality", "held-out perplexity and greedy continuations of a trained checkpoint; --compare two runs");
   auto* model = c->add_option("--model", o->model, "a trained checkpoint folder (with tokenizer.json, heldout.txt)");
-  add_numerics_option(c, o->numerics);
   add_device_option(c, o->device);
+  add_numerics_option(c, o->numerics, o->device);
   c->add_option("--text", o->text, "held-out text (empty: MODEL/heldout.txt)");
   c->add_option("--window", o->window, "tokens per perplexity window (each a forward from position 0)")
       ->check(CLI::Range(2L, 1L << 20));

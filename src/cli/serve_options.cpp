@@ -34,7 +34,7 @@ CLI::App* declare_serve(CLI::App& top, ServeOptions& o, const std::string& descr
   c->add_option("--served-model-name", s.model_name, "the model id clients send and /v1/models lists")
       ->default_str("the model folder's name");
   add_device_option(c, e.device);
-  add_numerics_option(c, e.numerics);
+  add_numerics_option(c, e.numerics, e.device);
   c->add_option("--max-model-len", e.max_model_len, "longest prompt + completion (tokens)")->check(CLI::PositiveNumber);
   c->add_option("--max-num-seqs", e.max_num_seqs, "sequences running at once (each holds a state slot)")
       ->check(CLI::PositiveNumber);

@@ -52,20 +52,40 @@ CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
       "");
 }
 
-CLI::Option* add_numerics_option(CLI::App* app, Numerics& field) {
-  return app
-      ->add_option_function<std::string>(
-          "--numerics", [&field](const std::string& s) { field = parse_numerics(s); }, numerics_help())
-      ->default_str(dil::numerics_name(field))
-      ->type_name(modes_list())
-      ->check(parsed_by(parse_listed_numerics));
+Numerics default_numerics_for(const std::string& device) {
+  return device == "cuda" ? Numerics::Fast : Numerics::Official;
 }
 
-CLI::Option* add_numerics_option(CLI::App* app, std::string& field) {
-  bool listed = false;
-  for (const auto& m : kNumericsModes) listed = listed || field == m.name;
-  DIL_CHECK(listed, "default numerics mode '", field, "' is not in kNumericsModes");
-  return app->add_option("--numerics", field, numerics_help())->type_name(modes_list())->check(parsed_by(parse_listed_numerics));
+namespace {
+constexpr const char* kNumericsDefault = "fast on --device cuda, official on cpu";
+
+// The device option's values re-default the mode while --numerics is not given. Option
+// callbacks and validators run after the whole command line is parsed, so count() already
+// says whether --numerics was typed, whatever the order of the two on the line.
+CLI::Option* follow_device(CLI::App* app, CLI::Option* numerics, std::function<void(const std::string&)> set) {
+  CLI::Option* dev = app->get_option_no_throw("--device");
+  DIL_CHECK(dev != nullptr, "add_device_option must come before add_numerics_option");
+  dev->each([numerics, set](const std::string& d) {
+    if (numerics->count() == 0) set(d);
+  });
+  return numerics->default_str(kNumericsDefault);
+}
+}  // namespace
+
+CLI::Option* add_numerics_option(CLI::App* app, Numerics& field, const std::string& device) {
+  field = default_numerics_for(device);
+  CLI::Option* o = app->add_option_function<std::string>(
+                          "--numerics", [&field](const std::string& s) { field = parse_numerics(s); }, numerics_help())
+                       ->type_name(modes_list())
+                       ->check(parsed_by(parse_listed_numerics));
+  return follow_device(app, o, [&field](const std::string& d) { field = default_numerics_for(d); });
+}
+
+CLI::Option* add_numerics_option(CLI::App* app, std::string& field, const std::string& device) {
+  field = numerics_name(default_numerics_for(device));
+  CLI::Option* o =
+      app->add_option("--numerics", field, numerics_help())->type_name(modes_list())->check(parsed_by(parse_listed_numerics));
+  return follow_device(app, o, [&field](const std::string& d) { field = numerics_name(default_numerics_for(d)); });
 }
 
 CLI::Option* add_device_option(CLI::App* app, std::string& field) {

@@ -12,11 +12,17 @@
 
 namespace dil::cli {
 
+// The default numerics of a device: fast (the production path) on cuda, official (the
+// verification oracle, what the CPU tests compare against) on cpu.
+Numerics default_numerics_for(const std::string& device);
+
 // --numerics MODE, MODE one of kNumericsModes, parsed by dil::parse_numerics. A new mode is
-// one more line in kNumericsModes (shared_options.cpp) once parse_numerics knows it.
-CLI::Option* add_numerics_option(CLI::App* app, Numerics& field);
+// one more line in kNumericsModes (shared_options.cpp) once parse_numerics knows it. Without
+// --numerics the mode is default_numerics_for(the --device value): `device` is the field the
+// command's --device writes, and add_device_option must have been called first.
+CLI::Option* add_numerics_option(CLI::App* app, Numerics& field, const std::string& device);
 // The same option for structs that keep the mode by name (EngineOptions::numerics).
-CLI::Option* add_numerics_option(CLI::App* app, std::string& field);
+CLI::Option* add_numerics_option(CLI::App* app, std::string& field, const std::string& device);
 
 // --device cpu|cuda (dil::parse_backend_kind).
 CLI::Option* add_device_option(CLI::App* app, std::string& field);

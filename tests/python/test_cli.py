@@ -125,7 +125,9 @@ def test_numerics_is_one_option_everywhere():
         opts = {n: o for o in COMMANDS[command]["options"] for n in o["names"]}
         kinds.add((opts["--numerics"]["type"], opts["--numerics"]["default"]))
     (modes, default), = kinds  # the same modes and default in every command
-    assert set(modes.split("|")) == {"reference", "official", "fast"} and default == "official", kinds
+    # The default follows the device: fast (production) on cuda, official (the oracle) on cpu.
+    assert set(modes.split("|")) == {"reference", "official", "fast"}, kinds
+    assert default == "fast on --device cuda, official on cpu", kinds
     for command, c in COMMANDS.items():
         assert not any("--mode" in o["names"] for o in c["options"]), command
     r = run("logits", "--model", "x", "--ids", "1", "--out", "x.npy", "--numerics", "turbo")
