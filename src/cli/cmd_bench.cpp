@@ -4,14 +4,17 @@
 //                 [--layers 1,3,4|all] [--device cuda] [--numerics fast] [--iters 3] [--json OUT]
 //   bench decode  --config FILE --batch B --context C [...same options]
 //   bench ceilings [--device cuda]
-//   prefill/decode also take --nproc N (and --nnodes/--node-rank/--master-addr/--master-port):
+//   prefill/decode also take --no-replay (V4.1: every layer on every row, the baseline of the
+//   decoder replay, model/replay.h) and --nproc N (and --nnodes/--node-rank/--master-addr/--master-port):
 //   expert-parallel MoE over N GPUs, every rank running the same step on its own sequences
 //   (data-parallel attention); rank 0 prints and writes the JSON.
 //
 // Dummy weights in the official formats (--load-format dummy) for a subset of layers, a cached
 // context synthesized with random rows, one step timed after a warm-up, a per-module breakdown,
 // the FLOP/byte floor of the same step, and the extrapolation of the measured per-layer times to
-// the model's full depth (labelled as such).
+// the model's full depth (labelled as such; each layer kind's time per row it computed, times
+// the rows every layer of that kind computes at full depth, which under decoder replay differ
+// per layer).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +31,8 @@
 #include "cli/shared_options.h"
 #include "model/cost.h"
 #include "model/model.h"
+#include "model/replay.h"
+#include "model/v41_model.h"
 
 namespace dil::cli {
 
@@ -46,6 +51,7 @@ struct BenchModelOptions {
   std::string json;    // write the results here too
   uint64_t seed = ModelOptions{}.seed;
   int block_tokens = CacheSpec{}.block_tokens;
+  bool no_replay = !ModelOptions{}.decoder_replay;
   LaunchRequest launch;
 };
 struct BenchPrefillOptions : BenchModelOptions {
@@ -107,6 +113,7 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   opt.numerics = o.numerics;
   opt.load_format = "dummy";
   opt.seed = o.seed;
+  opt.decoder_replay = !o.no_replay;
   if (o.layers == "all") {
     for (int L = 0; L < cfg.n_layers; ++L) opt.layers.push_back(L);
   } else if (!o.layers.empty()) {
@@ -139,11 +146,23 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   }
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   Run r = time_steps(*model, *be, batch, warmup, iters);
+  // Rows per layer and sequence (decoder replay): what the cost model and the extrapolation
+  // count, checked against what the model ran.
+  const bool replay = opt.decoder_replay && cfg.arch == Arch::V41;
+  const ReplaySchedule rs = replay_schedule(cfg);
+  auto layer_rows = [&](int L) { return replay ? replay_rows(rs, L, int(new_tokens)).out : int(new_tokens); };
+  if (auto* v41 = dynamic_cast<V41Model*>(model.get())) {
+    for (int L : opt.layers)
+      if (v41->layer_rows()[size_t(L)] != int64_t(layer_rows(L)) * n_seqs)
+        DIL_FAIL("layer ", L, " ran ", v41->layer_rows()[size_t(L)], " rows, the replay plan says ",
+                 int64_t(layer_rows(L)) * n_seqs);
+  }
   if (quiet) return 0;
 
   std::map<std::string, double> ceil = be->measure_ceilings();
-  auto cost = step_cost(cfg, opt.layers, n_seqs, cached, new_tokens);
-  auto full_cost = step_cost(cfg, {}, n_seqs, cached, new_tokens);
+  auto cost = step_cost(cfg, opt.layers, n_seqs, cached, new_tokens, replay);
+  auto full_cost = step_cost(cfg, {}, n_seqs, cached, new_tokens, replay);
+  auto full_cost_all_rows = step_cost(cfg, {}, n_seqs, cached, new_tokens, false);
   const double fp8_rate = ceil.count("fp8_gemm_tflops") ? ceil["fp8_gemm_tflops"] * 1e12 : 0;
   const double bf16_rate = ceil.count("bf16_gemm_tflops") ? ceil["bf16_gemm_tflops"] * 1e12 : 0;
   const double bw = ceil.count("hbm_copy_gbps") ? ceil["hbm_copy_gbps"] * 1e9 : 0;
@@ -153,10 +172,11 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
     return 1e3 * std::max(mc.flops / rate, mc.bytes / bw);
   };
 
-  // Extrapolation to the full depth: measured time per layer kind x that kind's count.
-  std::map<std::string, int> kind_count_subset, kind_count_full;
-  for (int L : opt.layers) kind_count_subset[layer_kind(cfg, L)]++;
-  for (int L = 0; L < cfg.n_layers; ++L) kind_count_full[layer_kind(cfg, L)]++;
+  // Extrapolation to the full depth: measured time per row of each layer kind x the rows that
+  // kind's layers compute at full depth (without replay: time per layer x the kind's count).
+  std::map<std::string, double> kind_rows_subset, kind_rows_full;
+  for (int L : opt.layers) kind_rows_subset[layer_kind(cfg, L)] += layer_rows(L);
+  for (int L = 0; L < cfg.n_layers; ++L) kind_rows_full[layer_kind(cfg, L)] += layer_rows(L);
   // The profiled step carries event overhead; scale its parts to the plain step time.
   double prof_layers = 0;
   for (auto& [kind, ms] : r.layer_kind_ms) prof_layers += ms;
@@ -164,9 +184,9 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   const double scale = r.step_ms / std::max(1e-9, prof_layers + prof_head);
   bool extrapolable = true;
   double full_ms = prof_head;
-  for (auto& [kind, cnt] : kind_count_full) {
-    if (!kind_count_subset.count(kind)) { extrapolable = false; continue; }
-    full_ms += r.layer_kind_ms[kind] / kind_count_subset[kind] * cnt;
+  for (auto& [kind, rows] : kind_rows_full) {
+    if (!kind_rows_subset.count(kind)) { extrapolable = false; continue; }
+    full_ms += r.layer_kind_ms[kind] / kind_rows_subset[kind] * rows;
   }
   full_ms *= scale;
 
@@ -186,9 +206,24 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
                 mc.flops / 1e12 / (ms / 1e3), floor_ms(mc));
     jm[name] = {{"ms", ms}, {"flops", mc.flops}, {"bytes", mc.bytes}, {"floor_ms", floor_ms(mc)}};
   }
-  double subset_floor = 0, full_floor = 0;
+  double subset_floor = 0, full_floor = 0, full_floor_all = 0, full_flops = 0, full_flops_all = 0;
   for (auto& [k, mc] : cost) subset_floor += floor_ms(mc);
-  for (auto& [k, mc] : full_cost) full_floor += floor_ms(mc);
+  for (auto& [k, mc] : full_cost) full_floor += floor_ms(mc), full_flops += mc.flops;
+  for (auto& [k, mc] : full_cost_all_rows) full_floor_all += floor_ms(mc), full_flops_all += mc.flops;
+  // Rows per sequence each layer of the full model runs attention + MoE on, and their sum
+  // against every layer on every new token.
+  std::vector<int> rows_full;
+  int64_t rows_sum = 0;
+  for (int L = 0; L < cfg.n_layers; ++L) rows_full.push_back(layer_rows(L)), rows_sum += layer_rows(L);
+  if (cfg.arch == Arch::V41) {
+    std::printf("decoder replay %s:", replay ? "on" : "off (--no-replay)");
+    if (replay && rs.first >= 0)
+      std::printf(" layers %d..%d run attention + MoE on %d..%d of the %lld new rows per sequence;", rs.first,
+                  cfg.n_layers - 1, layer_rows(rs.first), layer_rows(cfg.n_layers - 1), (long long)new_tokens);
+    std::printf(" layer-rows %lld of %lld (%.1f%%), full-depth %.3f TFLOP of %.3f without replay\n", (long long)rows_sum,
+                (long long)(new_tokens * cfg.n_layers), 100.0 * double(rows_sum) / double(new_tokens * cfg.n_layers),
+                full_flops / 1e12, full_flops_all / 1e12);
+  }
   std::printf("measured step (subset, no profiling events): %.3f ms  -> %.1f tok/s\n", r.step_ms, tokens / (r.step_ms / 1e3));
   if (full_depth)
     std::printf("full depth measured (all %d layers): %.3f ms/step  -> %.1f tok/s/GPU  (floor %.3f ms)\n", cfg.n_layers,
@@ -202,7 +237,9 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
               {"layers", opt.layers}, {"n_layers", cfg.n_layers}, {"seqs", n_seqs}, {"cached", cached},
               {"new_tokens", new_tokens}, {"step_ms_subset", r.step_ms}, {"modules", jm},
               {"layer_kind_ms", r.layer_kind_ms}, {"ceilings", ceil}, {"floor_ms_subset", subset_floor},
-              {"floor_ms_full", full_floor}, {"extrapolated", extrapolable && !full_depth}, {"full_depth", full_depth}};
+              {"floor_ms_full", full_floor}, {"extrapolated", extrapolable && !full_depth}, {"full_depth", full_depth},
+              {"replay", replay}, {"rows_per_layer", rows_full}, {"flops_full", full_flops},
+              {"flops_full_no_replay", full_flops_all}, {"floor_ms_full_no_replay", full_floor_all}};
   if (full_depth) out["tok_s_gpu"] = tokens / (r.step_ms / 1e3);
   if (extrapolable && !full_depth) {
     out["full_ms_extrapolated"] = full_ms;
@@ -235,6 +272,8 @@ void add_model_options(CLI::App* c, BenchModelOptions& o) {
   c->add_option("--json", o.json, "also write the results to this JSON file");
   c->add_option("--seed", o.seed, "seed of the random weights and cache");
   c->add_option("--block-tokens", o.block_tokens, "tokens per paged KV block")->check(CLI::PositiveNumber);
+  add_switch(c, "--no-replay", o.no_replay,
+             "V4.1: every layer on every new token (no decoder replay), the baseline of the replay's gain");
   add_launch_options(c, o.launch, true);
   require(c, {"--config"});
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/replay.h"
+
 namespace dil {
 
 namespace {
@@ -20,7 +22,7 @@ double fp4_bytes(double out, double in) { return out * in / 2; }
 }  // namespace
 
 std::map<std::string, ModuleCost> step_cost(const ModelConfig& c, const std::vector<int>& layers_in, int64_t n_seqs,
-                                            int64_t cached, int64_t new_tokens) {
+                                            int64_t cached, int64_t new_tokens, bool replay) {
   std::vector<int> layers = layers_in;
   if (layers.empty())
     for (int L = 0; L < c.n_layers; ++L) layers.push_back(L);
@@ -30,17 +32,25 @@ std::map<std::string, ModuleCost> step_cost(const ModelConfig& c, const std::vec
   const double E = c.n_routed, k = c.topk, Hi = c.index_heads, di = c.index_head_dim, n = c.hc_mult;
   const double W = c.window;
   const bool v41 = c.arch == Arch::V41;
+  const ReplaySchedule rs = replay_schedule(c);
   for (int L : layers) {
     const int ratio = c.ratio(L);
-    // projections: wq_a, wq_b, wkv, wo_a (grouped), wo_b
+    // Rows of each sequence the layer computes (model/replay.h): x enter, kv write a window
+    // row, out run attention + MoE; every one of the new tokens without replay.
+    const int nt = int(new_tokens);
+    const ReplayRows r = replay && v41 ? replay_rows(rs, L, nt) : ReplayRows{nt, nt, nt};
+    const double Nx = double(n_seqs) * r.x, Nkv = double(n_seqs) * r.kv, No = double(n_seqs) * r.out;
+    const int64_t out_first = cached + new_tokens - r.out;  // position of the first out row
+    // projections: wq_a, wq_b, wo_a (grouped), wo_b on the out rows, wkv on the kv rows
     auto& pr = m["projections"];
     pr.fp8_gemm = true;
-    pr.flops += 2 * N * (D * ql + ql * H * hd + D * hd + H * hd * ol + G * ol * D);
+    pr.flops += 2 * No * (D * ql + ql * H * hd + H * hd * ol + G * ol * D) + 2 * Nkv * D * hd;
     pr.bytes += fp8_bytes(ql, D) + fp8_bytes(H * hd, ql) + fp8_bytes(hd, D) + 2 * (G * ol) * (H * hd / G) +
-                fp8_bytes(D, G * ol) + 4 * N * (2 * D + ql + 2 * H * hd + G * ol + hd);
+                fp8_bytes(D, G * ol) + 4 * No * (2 * D + ql + 2 * H * hd + G * ol) + 4 * Nkv * hd +
+                4 * (Nkv - No) * D;
     // attention core: QK + PV over window + compressed rows read
     auto& at = m["attention core"];
-    double keys = sum_pos(cached, new_tokens, [&](int64_t p) {
+    double keys = sum_pos(out_first, r.out, [&](int64_t p) {
       double win = std::min<double>(W, double(p + 1));
       if (ratio == 0) return win;
       double vis = double((p + 1) / ratio);
@@ -50,8 +60,8 @@ std::map<std::string, ModuleCost> step_cost(const ModelConfig& c, const std::vec
     at.flops += double(n_seqs) * 4 * hd * H * keys;
     // the floor reads every row a step touches once (FP8-sized), not once per query
     double ctx = double(cached + new_tokens);
-    at.bytes += double(n_seqs) * ((ratio > 0 ? ctx / ratio : 0) + std::min(W, ctx) + double(new_tokens)) * hd +
-                4 * N * 2 * H * hd;
+    at.bytes += double(n_seqs) * ((ratio > 0 ? ctx / ratio : 0) + std::min(W, ctx) + double(r.kv)) * hd +
+                4 * No * 2 * H * hd;
     if (ratio > 0) {
       const bool kv_source = !v41 || c.role(L) == LayerRole::Full;
       const bool index_source = v41 ? (c.role(L) == LayerRole::Full || c.role(L) == LayerRole::Reindex) : ratio == 4;
@@ -69,8 +79,8 @@ std::map<std::string, ModuleCost> step_cost(const ModelConfig& c, const std::vec
       }
       if (index_source) {
         auto& ix = m["indexer"];
-        ix.flops += 2 * N * (ql * Hi * di + D * Hi);
-        double rows = sum_pos(cached, new_tokens, [&](int64_t p) {
+        ix.flops += 2 * No * (ql * Hi * di + D * Hi);
+        double rows = sum_pos(out_first, r.out, [&](int64_t p) {
           double vis = double((p + 1) / ratio);
           if (v41 && c.role(L) == LayerRole::Reindex)
             return std::min<double>(vis, double(c.candidate_topk_blocks) * c.candidate_block_size);
@@ -84,28 +94,30 @@ std::map<std::string, ModuleCost> step_cost(const ModelConfig& c, const std::vec
     }
     auto& hc = m["mhc+norms"];
     double mix = (2 + n) * n;
-    hc.flops += 2 * 2 * N * n * D * mix + 2 * 2 * N * n * D * (n + 1);
-    hc.bytes += 2 * 4 * (mix * n * D) + 2 * 4 * N * n * D * 3;
+    // two mixes on the out rows; the attention's collapse on the rows entering, the ffn's
+    // collapse and both posts on the out rows
+    hc.flops += 2 * 2 * No * n * D * mix + 2 * (Nx + No) * n * D * (n + 1);
+    hc.bytes += 2 * 4 * (mix * n * D) + 4 * (Nx + No) * n * D * 3;
     auto& gt = m["moe gate"];
-    gt.flops += 2 * N * D * E;
-    gt.bytes += 2 * E * D + 4 * N * D;
+    gt.flops += 2 * No * D * E;
+    gt.bytes += 2 * E * D + 4 * No * D;
     auto& ex = m["moe experts"];
     ex.fp8_gemm = true;
-    ex.flops += 2 * N * k * 3 * D * I;
+    ex.flops += 2 * No * k * 3 * D * I;
     // every expert a step of many tokens touches is read once
-    double touched = std::min(E, N * k);
-    ex.bytes += touched * 3 * fp4_bytes(I, D) + 4 * N * (D + k * 2 * I);
+    double touched = std::min(E, No * k);
+    ex.bytes += touched * 3 * fp4_bytes(I, D) + 4 * No * (D + k * 2 * I);
     auto& sh = m["moe shared"];
     sh.fp8_gemm = true;
-    sh.flops += 2 * N * 3 * D * I;
-    sh.bytes += 3 * fp8_bytes(I, D) + 4 * N * (D + 2 * I);
+    sh.flops += 2 * No * 3 * D * I;
+    sh.bytes += 3 * fp8_bytes(I, D) + 4 * No * (D + 2 * I);
     if (v41 && c.is_engram_layer(L)) {
       auto& en = m["engram"];
       double rows = c.engram_max_ngram > 1 ? double(c.engram_max_ngram - 1) * c.engram_heads : 0;
       double ed = rows * c.engram_head_dim;
       en.fp8_gemm = true;
-      en.flops += 2 * N * ed * (double(c.hc_mult) + 1) * D;
-      en.bytes += fp8_bytes((double(c.hc_mult) + 1) * D, ed) + N * ed;
+      en.flops += 2 * Nx * ed * (double(c.hc_mult) + 1) * D;
+      en.bytes += fp8_bytes((double(c.hc_mult) + 1) * D, ed) + Nx * ed;
     }
   }
   auto& hd_ = m["embed+head"];

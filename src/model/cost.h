@@ -20,8 +20,11 @@ struct ModuleCost {
 };
 
 // One step in which each of `n_seqs` sequences feeds `new_tokens` tokens after `cached`
-// tokens of context; `layers` are the backbone layers counted (empty: all).
+// tokens of context; `layers` are the backbone layers counted (empty: all). `replay`: V4.1's
+// decoder replay (model/replay.h) as the model runs it: each layer counts the rows it computes
+// (kv sources' compressors every token, attention + MoE the replay's out rows, window rows the
+// kv rows), positions those of the chunk's trailing rows. Ignored for V4.
 std::map<std::string, ModuleCost> step_cost(const ModelConfig& c, const std::vector<int>& layers, int64_t n_seqs,
-                                            int64_t cached, int64_t new_tokens);
+                                            int64_t cached, int64_t new_tokens, bool replay = false);
 
 }  // namespace dil

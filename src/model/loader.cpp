@@ -56,8 +56,11 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
       e_hi = int(int64_t(cfg.n_routed) * (opt.comm->rank() + 1) / opt.comm->size());
     }
     st = std::make_unique<SafeTensors>(make_dummy_checkpoint(cfg, opt.layers, opt.seed, e_lo, e_hi));
-    // No tokenizer: Engram layers cannot be built from dummy weights (the model says so).
-    return build(std::move(cfg), std::move(st), be, opt, "");
+    // Engram layers need the tokenizer.json of a model folder (a bare config file has none:
+    // the model then says so).
+    const fs::path tok = fs::path(dir) / "tokenizer.json";
+    const bool has_tok = fs::is_directory(dir) && fs::exists(tok);
+    return build(std::move(cfg), std::move(st), be, opt, has_tok ? tok.string() : "");
   }
   if (opt.load_format != "safetensors") DIL_FAIL("unknown load format '", opt.load_format, "' (safetensors or dummy)");
   if (!fs::is_directory(dir)) DIL_FAIL("model folder ", dir, " does not exist");

@@ -27,6 +27,10 @@ struct ModelOptions {
   // Backbone layers to build and run (empty: all). Benchmarks run a subset of a model that
   // does not fit one GPU and extrapolate.
   std::vector<int> layers;
+  // V4.1 decoder replay (model/replay.h): the layers from the last kv source on compute only the
+  // trailing rows of a prefill chunk that its last token and the next step depend on. Exact: the
+  // same function as every layer on every row. Off: comparisons and benchmark baselines.
+  bool decoder_replay = true;
   // Expert parallelism (src/dist): with a communicator of R > 1 ranks this rank loads and runs
   // only the routed experts [rank*E/R, (rank+1)*E/R); attention and dense weights are
   // replicated and each rank runs attention on its own sequences (data parallel). Every rank

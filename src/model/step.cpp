@@ -42,7 +42,12 @@ StepPlan plan_step(const StepBatch& batch, int block_tokens, Backend& be) {
   }
   m.n_tokens = q;
   DIL_CHECK(size_t(q) == batch.tokens.size(), "tokens (", batch.tokens.size(), ") != sum of chunk lengths (", q, ")");
-  auto* st = &p.storage;
+  upload_meta(m, be, &p.storage);
+  p.ids = upload_i32(batch.tokens, be, &p.storage);
+  return p;
+}
+
+void upload_meta(StepMeta& m, Backend& be, std::vector<Buffer>* st) {
   m.q_start = upload_i32(m.h_q_start, be, st);
   m.len = upload_i32(m.h_len, be, st);
   m.start_pos = upload_i32(m.h_start_pos, be, st);
@@ -50,8 +55,6 @@ StepPlan plan_step(const StepBatch& batch, int block_tokens, Backend& be) {
   m.tok_pos = upload_i32(m.h_tok_pos, be, st);
   m.tok_seq = upload_i32(m.h_tok_seq, be, st);
   m.block_table = upload_i32(m.h_block_table, be, st).view({m.n_seqs, m.max_blocks});
-  p.ids = upload_i32(batch.tokens, be, st);
-  return p;
 }
 
 EmitPlan plan_emits(const StepMeta& m, int ratio, Backend& be, std::vector<Buffer>* storage) {
@@ -84,11 +87,13 @@ std::vector<int64_t> logit_rows(const StepBatch& batch, const StepMeta& m) {
   std::vector<int64_t> rows;
   for (int s = 0; s < m.n_seqs; ++s) {
     const SeqChunk& c = batch.seqs[size_t(s)];
-    const int q0 = m.h_q_start[size_t(s)];
-    if (c.all_logits)
-      for (int t = 0; t < c.n_tokens; ++t) rows.push_back(q0 + t);
-    else if (c.want_logits)
-      rows.push_back(q0 + c.n_tokens - 1);
+    const int q0 = m.h_q_start[size_t(s)], len = m.h_len[size_t(s)];
+    if (c.all_logits) {
+      DIL_CHECK(len == c.n_tokens, "all_logits chunk ", s, " has ", len, " of its ", c.n_tokens, " rows");
+      for (int t = 0; t < len; ++t) rows.push_back(q0 + t);
+    } else if (c.want_logits) {
+      rows.push_back(q0 + len - 1);
+    }
   }
   return rows;
 }

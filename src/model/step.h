@@ -18,6 +18,8 @@ struct StepPlan {
 };
 
 StepPlan plan_step(const StepBatch& batch, int block_tokens, Backend& be);
+// Device copies of m's host vectors (into `storage`).
+void upload_meta(StepMeta& m, Backend& be, std::vector<Buffer>* storage);
 // Rows a ratio-m compressor emits this step: for every sequence, each window w whose last
 // token (w+1)*m-1 lies in the chunk, in (sequence, w) order; pos = w*m.
 EmitPlan plan_emits(const StepMeta& m, int ratio, Backend& be, std::vector<Buffer>* storage);
@@ -25,7 +27,9 @@ EmitPlan plan_emits(const StepMeta& m, int ratio, Backend& be, std::vector<Buffe
 Tensor upload_i32(const std::vector<int32_t>& v, Backend& be, std::vector<Buffer>* storage);
 // Slots of sequences that start at position 0 (their recurrent state must be reset).
 std::vector<int32_t> fresh_slots(const StepMeta& m);
-// Step rows whose logits the batch asks for, in chunk order (model.h: SeqChunk).
+// Step rows whose logits the batch asks for, in chunk order (model.h: SeqChunk). `m` may be a
+// layout holding only each chunk's trailing rows (decoder replay, model/replay.h): the last
+// token of chunk s is row h_q_start[s] + h_len[s] - 1; an all_logits chunk must be whole.
 std::vector<int64_t> logit_rows(const StepBatch& batch, const StepMeta& m);
 // The two RoPE tables of a model: [0] plain (ratio-0 layers), [1] compress_rope_theta + YaRN.
 // Their device memory goes to `storage`.

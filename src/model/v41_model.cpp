@@ -12,7 +12,8 @@ V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be
                    const std::string& tokenizer_json, LoadMeter* meter)
     : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), numerics_(opt.numerics), official_(quantizes(opt.numerics)),
       act_(activation_dtype(opt.numerics)),
-      binder_(*st_, be, cfg_, meter), ep_(opt.comm, cfg_.n_routed) {
+      binder_(*st_, be, cfg_, meter), ep_(opt.comm, cfg_.n_routed), replay_(replay_schedule(cfg_)),
+      replay_on_(opt.decoder_replay), layer_rows_(size_t(cfg_.n_layers), 0) {
   if (cfg_.gate_temp != 1.0f) DIL_FAIL("gate_temp ", cfg_.gate_temp, " is not supported (the release uses 1.0)");
   // Layers to build and run: all, or a subset (benchmarks) that must hold the kv / index /
   // candidate sources its layers read.
@@ -194,12 +195,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
   Tensor q = act(s, {T, H, hd});
   be_.linear(qr, l.wq_b, ab, q.view({T, H * hd}));
   be_.rope(q, m.tok_pos, l.rope, false);
-  // Window row: kv_norm(wkv x), RoPE, FP8 round trip of all dims in blocks of 32.
-  Tensor kv0 = act(s, {T, hd}), kv = act(s, {T, hd});
-  be_.linear(x, l.wkv, ab, kv0);
-  be_.rms_norm(kv0, l.kv_norm, cfg_.norm_eps, kv);
-  be_.rope(kv.view({T, 1, hd}), m.tok_pos, l.rope, false);
-  if (official_) be_.fp8_qdq(kv, int(hd), 32);
+  Tensor kv = window_rows(l, x, m.tok_pos, s);
 
   proj.reset();
   AttnArgs a;
@@ -212,10 +208,8 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
   if (l.ratio > 0) {
     Layer& src = layers_[size_t(l.kv_src)];
     const int rpb = cache_.block_tokens / l.ratio;
-    if (l.kv_source) {  // before this step's indexer and attention read
-      ProfileScope ps(prof_, "compressors");
-      write_source_rows(l, x, m, s);
-    }
+    // A kv source's rows were written by forward() over every token before this (replay may
+    // have narrowed x to the trailing rows since).
     if (l.index_source) {
       ProfileScope ps(prof_, "indexer");
       const int64_t Hi = cfg_.index_heads, di = cfg_.index_head_dim;
@@ -246,6 +240,18 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
   return attention_output(be_, prof_, cfg_, l, a, kv, m, ab, s);
 }
 
+// Window rows of x's tokens at positions pos [T]: kv_norm(wkv x), RoPE, FP8 round trip of all
+// dims in blocks of 32. -> [T, hd] activation.
+Tensor V41Model::window_rows(Layer& l, const Tensor& x, const Tensor& pos, Scratch& s) {
+  const int64_t T = x.size(0), hd = cfg_.head_dim;
+  Tensor kv0 = act(s, {T, hd}), kv = act(s, {T, hd});
+  be_.linear(x, l.wkv, act_block(), kv0);
+  be_.rms_norm(kv0, l.kv_norm, cfg_.norm_eps, kv);
+  be_.rope(kv.view({T, 1, hd}), pos, l.rope, false);
+  if (official_) be_.fp8_qdq(kv, int(hd), 32);
+  return kv;
+}
+
 Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, Scratch& s) {
   const int64_t T = x.size(0), E = cfg_.n_routed, k = cfg_.topk;
   auto gate = std::make_unique<ProfileScope>(prof_, "moe gate");
@@ -269,20 +275,29 @@ Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, 
 
 // Engram (model-spec §4.5): hash each position's n-grams to table rows (host), gather and
 // dequantize the rows from the memory-mapped table, project with wkv, gate into every stream.
-void V41Model::engram(Layer& l, const StepBatch& batch, const StepMeta& m, Tensor& X, Tensor& X2, Scratch& s) {
+// Only the rows `rows` of each chunk (the layer's input under decoder replay); their n-grams
+// reach back into the chunk's earlier tokens and the slot's look-back history.
+void V41Model::engram(Layer& l, const StepBatch& batch, const StepMeta& m, const RowSpans& rows_in, const Tensor& X,
+                      Tensor out, Scratch& s) {
   const Engram& e = l.engram;
-  const int64_t T = m.n_tokens, C = ehash_.cols(), hd = cfg_.engram_head_dim, B = hd / 32;
+  const int64_t T = total_rows(rows_in), C = ehash_.cols(), hd = cfg_.engram_head_dim, B = hd / 32;
+  const int back = ehash_.max_ngram - 1;
   std::vector<int64_t> rows(size_t(T * C));  // [T, C]
   std::vector<int32_t> ids;
+  int64_t r0 = 0;  // first row of the chunk in X
   for (int sq = 0; sq < m.n_seqs; ++sq) {
     const int slot = m.h_slot[size_t(sq)], p0 = m.h_start_pos[size_t(sq)], len = m.h_len[size_t(sq)];
     const int q0 = m.h_q_start[size_t(sq)];
+    const RowSpan sp = rows_in[size_t(sq)];
     const std::vector<int32_t>& h = hist_[size_t(slot)];
-    const int nh = std::min(p0, ehash_.max_ngram - 1);
+    const int nh = std::min(p0, back);
     DIL_CHECK(int(h.size()) >= nh, "Engram history of slot ", slot, " is short");
-    ids.assign(h.end() - nh, h.end());
+    ids.assign(h.end() - nh, h.end());  // positions [p0 - nh, p0 + len)
     ids.insert(ids.end(), batch.tokens.begin() + q0, batch.tokens.begin() + q0 + len);
-    engram_rows(ehash_, e.index, ids.data(), nullptr, p0, len, rows.data() + int64_t(q0) * C);
+    // Queries at [p0 + begin, p0 + end) with their own look-back of min(p, back) tokens.
+    const int64_t pb = p0 + sp.begin, hb = std::min<int64_t>(pb, back);
+    engram_rows(ehash_, e.index, ids.data() + (pb - hb - (p0 - nh)), nullptr, pb, sp.size(), rows.data() + r0 * C);
+    r0 += sp.size();
   }
   const int64_t n_rows = e.table->shape[0];
   std::vector<float> emb(size_t(T * C * hd));  // [T, C*hd]
@@ -304,8 +319,7 @@ void V41Model::engram(Layer& l, const StepBatch& batch, const StepMeta& m, Tenso
     be_.upload(et, emb.data());
   }
   be_.linear(et, e.wkv, act_block(), kv);
-  be_.engram_mix(X, kv, e.qk, Tensor(), cfg_.norm_eps, X2);
-  std::swap(X, X2);
+  be_.engram_mix(X, kv, e.qk, Tensor(), cfg_.norm_eps, out);
 }
 
 MoeExpertsArgs V41Model::experts_args(Layer& l) const {
@@ -329,6 +343,7 @@ void V41Model::forward_idle(const ExpertParallel::Step& ep) {
 
 void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   DIL_CHECK(cache_.n_slots > 0, "allocate_cache before forward");
+  std::fill(layer_rows_.begin(), layer_rows_.end(), 0);
   Scratch step(be_);
   ExpertParallel::Step ep;
   if (ep_.on()) {
@@ -354,6 +369,7 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   auto other = std::make_unique<ProfileScope>(prof_, "embed+head");
   Tensor e = act(step, {T, D});
   be_.embed(embed_, p.ids, e);
+  // Step-sized buffers; under decoder replay each layer uses the first R rows (its rows).
   Tensor X = act(step, {T, n, D}), X2 = act(step, {T, n, D});  // residual streams
   be_.hc_expand(e, int(n), X);
   other.reset();
@@ -365,34 +381,102 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
     for (int64_t t = 0; t < T; ++t) one_hot[size_t(t * n)] = 1.0f;
     be_.upload(pre_mix, one_hot.data());
   }
-  Shared sh{step.i32({T, std::max(cfg_.index_topk, 1)}), step.i32({T, std::max(cfg_.candidate_topk_blocks, 1)})};
+  const int64_t K = std::max(cfg_.index_topk, 1), CK = std::max(cfg_.candidate_topk_blocks, 1);
+  Shared sh{step.i32({T, K}), step.i32({T, CK})}, sh2;  // sh2: gather targets, made when replay narrows
+  bool sel_set = false, cand_set = false;  // written by an index / candidate source in this step
+
+  // Decoder replay (model/replay.h): the rows each layer computes. `cur` are the rows X,
+  // pre_mix and the shared selections hold, `cm` the same rows as a step.
+  const std::vector<LayerSpans> spans = plan_replay(replay_, batch, replay_on_);
+  RowSpans cur;
+  for (const SeqChunk& c : batch.seqs) cur.push_back({0, c.n_tokens});
+  const RowSpans whole = cur;
+  StepMeta cm = m;
+  auto narrow = [&](const RowSpans& to, bool with_pre) {
+    const int64_t R0 = total_rows(cur), R1 = total_rows(to);
+    gather_rows(be_, X.rows(0, R0), cur, X2.rows(0, R1), to);
+    std::swap(X, X2);
+    if (with_pre) {  // f_pre is free until the ffn's hc_mix writes it
+      gather_rows(be_, pre_mix.rows(0, R0), cur, f_pre.rows(0, R1), to);
+      std::swap(pre_mix, f_pre);
+    }
+    if (sel_set) {
+      if (sh2.sel.empty()) sh2.sel = step.i32({T, K});
+      gather_rows(be_, sh.sel.rows(0, R0), cur, sh2.sel.rows(0, R1), to);
+      std::swap(sh.sel, sh2.sel);
+    }
+    if (cand_set) {
+      if (sh2.cand.empty()) sh2.cand = step.i32({T, CK});
+      gather_rows(be_, sh.cand.rows(0, R0), cur, sh2.cand.rows(0, R1), to);
+      std::swap(sh.cand, sh2.cand);
+    }
+    cur = to;
+    cm = to == whole ? m : sub_meta(m, to, be_, step.storage());
+  };
+
   for (Layer& l : layers_) {
     if (!l.active) continue;
     ProfileScope layer_scope(prof_, l.kind.c_str());
     Scratch s(be_);  // this layer's temporaries
+    const LayerSpans& ls = spans[size_t(l.index)];
+    if (!(cur == ls.x)) narrow(ls.x, true);  // a layer subset (benchmarks) skipped the layers between
+    int64_t R = cm.n_tokens;
     if (l.has_engram) {
       ProfileScope ps(prof_, "engram");
-      engram(l, batch, m, X, X2, s);
+      engram(l, batch, m, cur, X.rows(0, R), X2.rows(0, R), s);
+      std::swap(X, X2);
     }
     auto mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
-    Tensor u = act(s, {T, D}), xn = act(s, {T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
-    HcArgs ha{l.hc_attn.fn, l.hc_attn.base, l.hc_attn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
-    be_.hc_mix(X, ha, a_pre, post, comb);
-    be_.hc_collapse(X, pre_mix, u);
+    Tensor u = act(s, {R, D}), xn = act(s, {R, D});
+    be_.hc_collapse(X.rows(0, R), pre_mix.rows(0, R), u);
     be_.rms_norm(u, l.attn_norm, cfg_.norm_eps, xn);
     mhc.reset();
-    Tensor f = attention(l, xn, m, sh, s);
+    if (l.kv_source) {  // compressed rows and indexer keys of every token, before any layer reads them
+      DIL_CHECK(cur == whole, "layer ", l.index, " is a kv source but replay narrowed its rows");
+      ProfileScope ps(prof_, "compressors");
+      write_source_rows(l, xn, m, s);
+    }
+    if (ls.trims()) {
+      // Rows whose window row the next rows' attention (or the next step) reads, but whose
+      // output no later layer needs: their window rows only, written into the ring now (the
+      // attention below reads positions before its rows from there).
+      if (total_rows(ls.head) > 0) {
+        ProfileScope ps(prof_, "projections");
+        StepMeta hm = sub_meta(m, ls.head, be_, s.storage());
+        Tensor xh = act(s, {hm.n_tokens, D});  // [head rows, D]
+        gather_rows(be_, xn, cur, xh, ls.head);
+        be_.ring_write(window_rows(l, xh, hm.tok_pos, s), l.ring.as(act_, {cache_.n_slots, cfg_.window, cfg_.head_dim}),
+                       hm);
+      }
+      Tensor xo = act(s, {total_rows(ls.out), D});  // [out rows, D]
+      gather_rows(be_, xn, cur, xo, ls.out);
+      xn = xo;
+      narrow(ls.out, false);
+      R = cm.n_tokens;
+    }
+    layer_rows_[size_t(l.index)] = R;
+    Tensor Xr = X.rows(0, R), X2r = X2.rows(0, R), post = s.f32({R, n}), comb = s.f32({R, n, n});
     mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
-    be_.hc_post(f, X, post, comb, X2);
-    std::swap(X, X2);
-    HcArgs hf{l.hc_ffn.fn, l.hc_ffn.base, l.hc_ffn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
-    be_.hc_mix(X, hf, f_pre, post, comb);
-    be_.hc_collapse(X, a_pre, u);
-    be_.rms_norm(u, l.ffn_norm, cfg_.norm_eps, xn);
+    HcArgs ha{l.hc_attn.fn, l.hc_attn.base, l.hc_attn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
+    be_.hc_mix(Xr, ha, a_pre.rows(0, R), post, comb);
     mhc.reset();
-    f = moe(l, xn, ep, s);
+    Shared shr{sh.sel.rows(0, R), sh.cand.rows(0, R)};
+    Tensor f = attention(l, xn, cm, shr, s);
+    sel_set |= l.index_source;
+    cand_set |= l.cand_source;
     mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
-    be_.hc_post(f, X, post, comb, X2);
+    be_.hc_post(f, Xr, post, comb, X2r);
+    std::swap(X, X2);
+    std::swap(Xr, X2r);
+    HcArgs hf{l.hc_ffn.fn, l.hc_ffn.base, l.hc_ffn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
+    be_.hc_mix(Xr, hf, f_pre.rows(0, R), post, comb);
+    be_.hc_collapse(Xr, a_pre.rows(0, R), u.rows(0, R));
+    Tensor xf = act(s, {R, D});
+    be_.rms_norm(u.rows(0, R), l.ffn_norm, cfg_.norm_eps, xf);
+    mhc.reset();
+    f = moe(l, xf, ep, s);
+    mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
+    be_.hc_post(f, Xr, post, comb, X2r);
     std::swap(X, X2);
     std::swap(pre_mix, f_pre);
   }
@@ -409,7 +493,7 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   }
 
   ProfileScope head_scope(prof_, "embed+head");
-  const std::vector<int64_t> rows = logit_rows(batch, m);
+  const std::vector<int64_t> rows = logit_rows(batch, cm);  // rows of X after the last layer
   const int64_t R = int64_t(rows.size());
   logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
   if (R == 0) return;

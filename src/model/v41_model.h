@@ -3,7 +3,8 @@
 // single-pass mHC without an hc head (§4.2), Engram before its layers (§4.5), V4.1 MoE routing
 // (§4.4). Per-request state: SWA rings, ratio-2 compressor state, the paged compressed rows and
 // indexer keys of the kv sources, and the Engram look-back history (host), so a chunked
-// prefill or a decode step computes exactly what the full forward computes.
+// prefill or a decode step computes exactly what the full forward computes. Prefill chunks
+// replay the layers from the last kv source on over their trailing rows only (model/replay.h).
 #pragma once
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include "model/block.h"
 #include "model/expert_parallel.h"
 #include "model/model.h"
+#include "model/replay.h"
 #include "model/scratch.h"
 #include "model/weights.h"
 
@@ -30,6 +32,9 @@ class V41Model : public Model {
   void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;
   void forward(const StepBatch& batch, std::vector<float>* logits) override;
   void randomize_cache(uint64_t seed) override;
+  // Rows each backbone layer ran attention + MoE on in the last forward, [n_layers] (0: not
+  // active or no step yet): the replay's instrumentation for tests and benchmarks.
+  const std::vector<int64_t>& layer_rows() const { return layer_rows_; }
 
  private:
   struct Engram {
@@ -60,11 +65,14 @@ class V41Model : public Model {
 
   void bind_layer(Layer& l, int L);
   Tensor attention(Layer& l, const Tensor& x, const StepMeta& m, Shared& sh, Scratch& s);
+  Tensor window_rows(Layer& l, const Tensor& x, const Tensor& pos, Scratch& s);
   void write_source_rows(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s);
   Tensor moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, Scratch& s);
   MoeExpertsArgs experts_args(Layer& l) const;  // this rank's expert lists and MoE numerics
   void forward_idle(const ExpertParallel::Step& ep);  // a rank with no tokens joins every MoE collective
-  void engram(Layer& l, const StepBatch& batch, const StepMeta& m, Tensor& X, Tensor& X2, Scratch& s);
+  // Engram over the rows `rows` of the step `m` (X, out: [those rows, n, D]).
+  void engram(Layer& l, const StepBatch& batch, const StepMeta& m, const RowSpans& rows, const Tensor& X,
+              Tensor out, Scratch& s);
   int act_block() const { return quantizes(numerics_) ? cfg_.act_block : 0; }
   Tensor act(Scratch& s, std::initializer_list<int64_t> dims) const { return s.make(act_, dims); }
 
@@ -80,6 +88,9 @@ class V41Model : public Model {
   Weight embed_, head_;
   Tensor norm_;
   std::vector<Layer> layers_;
+  ReplaySchedule replay_;
+  bool replay_on_ = true;
+  std::vector<int64_t> layer_rows_;
   std::vector<Buffer> rope_bufs_;
   Cache cache_;
   // Engram look-back per slot: the token ids of the last max_ngram-1 positions (host).
