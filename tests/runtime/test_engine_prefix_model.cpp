@@ -18,6 +18,7 @@
 // two (V4 official, V4.1 reference) to keep the CPU suite's time down.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <tuple>
 
 #include "engine_harness.h"
@@ -42,7 +43,10 @@ class PrefixModel : public ::testing::TestWithParam<Case> {
   EngineOptions options(bool cache) const {
     EngineOptions o;
     o.model_dir = std::string(DIL_SOURCE_DIR) + "/tests/data/" + GetParam().fixture;
-    o.device = "cpu";
+    // DIL_PREFIX_DEVICE=cuda: the same checks on the GPU (scripts/gpu-check), where they also
+    // check that the CUDA kernels give a chunk the same numbers whatever else the step holds.
+    const char* dev = std::getenv("DIL_PREFIX_DEVICE");
+    o.device = dev && *dev ? dev : "cpu";
     o.numerics = GetParam().numerics;
     o.max_num_seqs = 8;
     o.max_num_batched_tokens = 512;
