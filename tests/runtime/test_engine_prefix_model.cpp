@@ -31,6 +31,8 @@ struct Case {
   std::string numerics;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture << " " << c.numerics; }
+
 std::string case_name(const ::testing::TestParamInfo<Case>& i) {
   std::string s = i.param.fixture + "_" + i.param.numerics;
   for (char& c : s)
