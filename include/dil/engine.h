@@ -75,6 +75,9 @@ struct GenOutput {
   std::string error;                    // when finish == Error
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  // Prompt tokens this request did not compute: found in the prefix cache, or all of them for a
+  // choice forked from another request's prefill of the same prompt (n > 1).
+  int cached_tokens = 0;
 };
 
 // Output side of one request. Thread-safe; the engine pushes, the connection thread pops.
@@ -101,7 +104,18 @@ struct EngineStats {
   int64_t kv_slots_total = 0;  // per-sequence state slots (SWA rings, compressor state)
   int64_t kv_slots_used = 0;
   int64_t kv_bytes_total = 0;  // blocks * bytes_per_block + slots * bytes_per_slot
-  int64_t kv_bytes_used = 0;
+  int64_t kv_bytes_used = 0;   // what sequences hold (not the prefix cache: it is given back on demand)
+  // Prefix cache, in tokens, over every admission (vLLM's prefix_cache_queries / _hits).
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  // Prompt tokens by where their state came from, once per request at its first token (vLLM's
+  // prompt_tokens_by_source): computed, or not (prefix-cache hit, or forked from another request).
+  int64_t prompt_tokens_computed = 0;
+  int64_t prompt_tokens_cached = 0;
+  int64_t forks = 0;                   // requests forked from another's prefill instead of computing it
+  int64_t prefix_cache_blocks = 0;     // blocks the cache holds (some also read by sequences)
+  int64_t prefix_cache_snapshots = 0;  // state slots holding a snapshot
+  int64_t prefix_cache_evictions = 0;  // entries dropped to give blocks or slots back
   // Data-parallel engines: each rank's queues, in rank order (the fields above sum over ranks).
   // Empty on a single-rank engine.
   struct RankLoad {
@@ -122,6 +136,8 @@ struct EngineInfo {
   int kv_slots = 0;
   int64_t kv_bytes_per_block = 0;
   int64_t kv_bytes_per_slot = 0;
+  bool prefix_cache = false;       // EngineOptions::enable_prefix_cache
+  int prefix_cache_slots = 0;      // slots beyond kv_slots, for prefix-cache snapshots only
   int dp_size = 1;                 // data-parallel ranks behind this engine (GenRequest::dp_rank)
 };
 
@@ -131,6 +147,14 @@ class Engine {
   // Never blocks on model work. Invalid requests (too long, bad ids, an id already in flight)
   // finish with Error on their stream. An empty id gets a generated one (stream->id()).
   virtual std::shared_ptr<RequestStream> submit(GenRequest req) = 0;
+  // Several requests at once (the n choices of one API request): the engine sees them in the same
+  // step, so that requests with the same prompt are prefilled once and forked (each keeps its own
+  // sampling and seed, and gives what it would give alone). Streams in request order.
+  virtual std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenRequest> reqs) {
+    std::vector<std::shared_ptr<RequestStream>> out;
+    for (GenRequest& r : reqs) out.push_back(submit(std::move(r)));
+    return out;
+  }
   // Frees the request's state within one step; its stream ends with Cancelled. Harmless for
   // ids that already finished or never existed.
   virtual void cancel(const std::string& id) = 0;
@@ -153,6 +177,11 @@ struct EngineOptions {
   int64_t kv_memory_bytes = 256ll << 20;
   int block_tokens = 128;
   int kv_slots = 0;                   // state slots; 0: max_num_seqs
+  // Prefix cache (runtime/prefix_cache.h): reuse the blocks and a snapshot of the state of a
+  // cached prefix. Snapshots live in idle state slots and in prefix_cache_slots more (part of
+  // kv_memory_bytes); LRU eviction gives blocks and slots back on demand.
+  bool enable_prefix_cache = true;
+  int prefix_cache_slots = 16;
   uint64_t seed = 0;                  // seeds requests without a seed; 0: from std::random_device
   LogprobsMode logprobs_mode = LogprobsMode::Raw;
   int max_logprobs = 20;              // largest accepted SamplingParams::logprobs

@@ -83,10 +83,12 @@ std::string loaded_line(const LoadProgress& p, const std::string& kv) {
 std::string kv_capacity(const EngineInfo& i) {
   const int64_t per_seq = (int64_t(i.max_model_len) + i.block_tokens - 1) / std::max(1, i.block_tokens);
   const int64_t seqs = std::min<int64_t>(i.kv_slots, per_seq > 0 ? i.kv_blocks / per_seq : 0);
-  const double bytes = double(i.kv_blocks) * double(i.kv_bytes_per_block) + double(i.kv_slots) * double(i.kv_bytes_per_slot);
+  const double bytes = double(i.kv_blocks) * double(i.kv_bytes_per_block) +
+                       double(i.kv_slots + i.prefix_cache_slots) * double(i.kv_bytes_per_slot);
   return str_cat("KV cache ", i.kv_blocks * i.block_tokens, " tokens (", i.kv_blocks, " blocks of ", i.block_tokens,
                  "), ", seqs, " sequences of ", i.max_model_len, " tokens (", i.kv_slots, " state slots), ",
-                 fmt("%.1f MiB", bytes / double(1 << 20)));
+                 fmt("%.1f MiB", bytes / double(1 << 20)), "; prefix cache: ",
+                 i.prefix_cache ? str_cat(i.prefix_cache_slots, " more slots for snapshots") : std::string("off"));
 }
 
 }  // namespace dil::cli

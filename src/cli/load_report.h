@@ -37,7 +37,7 @@ class LoadPrinter {
 // final report (`kv` empty: left out).
 std::string loaded_line(const LoadProgress& done, const std::string& kv);
 // The engine's pool: "KV cache 65536 tokens (512 blocks of 128), 16 sequences of 4096 tokens
-// (state slots 64), 256.0 MiB".
+// (64 state slots), 256.0 MiB; prefix cache: 16 more slots for snapshots" (or "off").
 std::string kv_capacity(const EngineInfo& info);
 
 // 1234567 -> "1.23 MB" (decimal units, like GB/s).

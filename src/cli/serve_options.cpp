@@ -47,6 +47,12 @@ CLI::App* declare_serve(CLI::App& top, ServeOptions& o, const std::string& descr
       ->check(CLI::PositiveNumber);
   c->add_option("--block-tokens", e.block_tokens, "tokens per paged KV block (a multiple of 128)")
       ->check(CLI::PositiveNumber);
+  c->add_flag_callback("--no-prefix-cache", [&e] { e.enable_prefix_cache = false; },
+                       "do not reuse the KV blocks and state of cached prompt prefixes")
+      ->default_str(e.enable_prefix_cache ? "off" : "on");
+  c->add_option("--prefix-cache-slots", e.prefix_cache_slots,
+                "state slots beyond max-num-seqs for prefix-cache snapshots (idle slots hold them too)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--seed", e.seed, "seed of requests that bring none (0: a random one at start)");
   c->add_option("--max-logprobs", e.max_logprobs, "largest logprobs / top_logprobs a request may ask for")
       ->check(CLI::NonNegativeNumber);

@@ -2,6 +2,7 @@
 // sequence chunks (prefill chunks and decode tokens mixed). The runtime never sees tensor
 // contents; the model never sees requests or scheduling.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,15 @@ struct StepBatch {
   std::vector<int64_t> rank_tokens;
 };
 
+// One copy inside the cache, for the runtime's fork (n > 1) and prefix cache: Block copies a
+// paged block (every layer's compressed rows and indexer keys of its positions), Slot copies a
+// state slot (every layer's SWA ring and compressor partial state, V4.1's Engram look-back).
+struct CacheCopy {
+  enum class Kind : uint8_t { Block, Slot };
+  Kind kind = Kind::Block;
+  int32_t src = 0, dst = 0;
+};
+
 // Bytes the cache needs, for the runtime's accounting (exact for the layout in use).
 struct CacheSpec {
   int block_tokens = 128;     // tokens per paged block (multiple of every compression ratio and of 128)
@@ -80,6 +90,10 @@ class Model {
   // Runs one step. `logits` receives [rows, vocab] f32 on the host, rows in chunk order:
   // all tokens of an all_logits chunk, else the last token of a want_logits chunk.
   virtual void forward(const StepBatch& batch, std::vector<float>* logits) = 0;
+  // Runs the copies in order, after the work already issued and before the next forward, on the
+  // device (no host synchronisation; host-side state such as the Engram look-back is copied on
+  // the host, in the same order). A slot restored from a copy continues where its source was.
+  virtual void copy_cache(const std::vector<CacheCopy>& ops) = 0;
   // Benchmarks: per-module timing of the following steps (nullptr: off), and random contents
   // for every cache block and state slot (a synthesized long context).
   void set_profiler(StepProfiler* p) { prof_ = p; }

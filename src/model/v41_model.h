@@ -31,6 +31,7 @@ class V41Model : public Model {
   CacheSpec cache_spec(int block_tokens) const override;
   void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;
   void forward(const StepBatch& batch, std::vector<float>* logits) override;
+  void copy_cache(const std::vector<CacheCopy>& ops) override;  // model/cache_copy.cpp
   void randomize_cache(uint64_t seed) override;
   // Rows each backbone layer ran attention + MoE on in the last forward, [n_layers] (0: not
   // active or no step yet): the replay's instrumentation for tests and benchmarks.

@@ -21,6 +21,7 @@ class V4Model : public Model {
   CacheSpec cache_spec(int block_tokens) const override;
   void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;
   void forward(const StepBatch& batch, std::vector<float>* logits) override;
+  void copy_cache(const std::vector<CacheCopy>& ops) override;  // model/cache_copy.cpp
   void randomize_cache(uint64_t seed) override;
 
  private:

@@ -34,20 +34,37 @@ std::shared_ptr<Stream> DpEngine::failed(const std::string& id, const std::strin
 }
 
 std::shared_ptr<RequestStream> DpEngine::submit(GenRequest req) {
-  if (req.id.empty()) req.id = "req-" + std::to_string(auto_id_.fetch_add(1));
-  const int n_prompt = int(req.prompt.size());
-  if (rank_ != 0) return failed(req.id, str_cat("rank ", rank_, " of a data-parallel job takes no requests"), n_prompt);
-  if (req.dp_rank < -1 || req.dp_rank >= size_)
-    return failed(req.id, str_cat("dp_rank ", req.dp_rank, " is outside [0, ", size_, ")"), n_prompt);
+  std::vector<GenRequest> one;
+  one.push_back(std::move(req));
+  return submit_all(std::move(one))[0];
+}
+
+// All on one rank (the first request's, else the least loaded) in one command list, so that the
+// rank's engine sees them in the same step and prefills a shared prompt once.
+std::vector<std::shared_ptr<RequestStream>> DpEngine::submit_all(std::vector<GenRequest> reqs) {
+  std::vector<std::shared_ptr<RequestStream>> out;
+  for (GenRequest& req : reqs)
+    if (req.id.empty()) req.id = "req-" + std::to_string(auto_id_.fetch_add(1));
   std::lock_guard<std::mutex> lk(fmu_);
-  if (front_closed_ || stop_requested_) return failed(req.id, "engine shut down", n_prompt);
-  if (owners_.count(req.id)) return failed(req.id, str_cat("request id '", req.id, "' is already in flight"), n_prompt);
-  int r = req.dp_rank;
-  if (r < 0) {
+  int r = reqs.empty() ? -1 : reqs[0].dp_rank;
+  if (r < 0 || r >= size_) {
     r = 0;
     for (int i = 1; i < size_; ++i)
       if (load_locked(i) < load_locked(r)) r = i;
   }
+  for (GenRequest& req : reqs) out.push_back(route_locked(std::move(req), r));
+  fcv_.notify_one();
+  return out;
+}
+
+std::shared_ptr<RequestStream> DpEngine::route_locked(GenRequest req, int r) {
+  const int n_prompt = int(req.prompt.size());
+  if (rank_ != 0) return failed(req.id, str_cat("rank ", rank_, " of a data-parallel job takes no requests"), n_prompt);
+  if (req.dp_rank < -1 || req.dp_rank >= size_)
+    return failed(req.id, str_cat("dp_rank ", req.dp_rank, " is outside [0, ", size_, ")"), n_prompt);
+  if (front_closed_ || stop_requested_) return failed(req.id, "engine shut down", n_prompt);
+  if (owners_.count(req.id)) return failed(req.id, str_cat("request id '", req.id, "' is already in flight"), n_prompt);
+  if (req.dp_rank >= 0) r = req.dp_rank;
   auto stream = std::make_shared<Stream>(req.id);
   owners_[req.id] = {r, stream};
   ++sent_[size_t(r)];
@@ -55,7 +72,6 @@ std::shared_ptr<RequestStream> DpEngine::submit(GenRequest req) {
   c.kind = DpCommand::Kind::Submit;
   c.req = std::move(req);
   outbox_[size_t(r)].push_back(std::move(c));
-  fcv_.notify_one();
   return stream;
 }
 
@@ -104,6 +120,14 @@ EngineStats DpEngine::stats() const {
     t.kv_slots_used += s.kv_slots_used;
     t.kv_bytes_total += s.kv_bytes_total;
     t.kv_bytes_used += s.kv_bytes_used;
+    t.prefix_cache_queries += s.prefix_cache_queries;
+    t.prefix_cache_hits += s.prefix_cache_hits;
+    t.prompt_tokens_computed += s.prompt_tokens_computed;
+    t.prompt_tokens_cached += s.prompt_tokens_cached;
+    t.forks += s.forks;
+    t.prefix_cache_blocks += s.prefix_cache_blocks;
+    t.prefix_cache_snapshots += s.prefix_cache_snapshots;
+    t.prefix_cache_evictions += s.prefix_cache_evictions;
   }
   t.kv_usage = t.kv_blocks_total ? double(t.kv_blocks_used) / double(t.kv_blocks_total) : 0.0;
   return t;

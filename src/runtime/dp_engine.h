@@ -57,6 +57,7 @@ class DpEngine final : public Engine, private StepHook {
 
   // Rank 0: the job's front end. Other ranks take no requests (submit answers an Error).
   std::shared_ptr<RequestStream> submit(GenRequest req) override;
+  std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenRequest> reqs) override;
   void cancel(const std::string& id) override;
   // Rank 0: every rank's stats summed (as of the last round), dp_ranks per rank; waiting
   // includes requests routed but not yet received. Other ranks: their own.
@@ -83,6 +84,7 @@ class DpEngine final : public Engine, private StepHook {
   std::vector<int64_t> agree(int64_t n_tokens) override;
   [[noreturn]] void fatal(const std::string& what) override;
 
+  std::shared_ptr<RequestStream> route_locked(GenRequest req, int rank);  // fmu_ held
   DpReport make_report(Engine& self);           // drains the local streams
   void apply(Engine& self, const DpCommands& c);  // into the local engine's queue
   bool front_round(Engine& self, bool idle, const DpReport& mine);

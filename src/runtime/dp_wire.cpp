@@ -8,10 +8,10 @@
 namespace dil::runtime {
 namespace {
 
-// "DPW" + version 1; a report and a command list differ in their last byte so that a message
-// read in the wrong place fails loudly.
-constexpr uint32_t kCommandsMagic = 0x44505701;
-constexpr uint32_t kReportMagic = 0x44505702;
+// "DPW" + version << 4 | kind, version 2 (cached tokens, prefix-cache counters); a report and a
+// command list differ in their last byte so that a message read in the wrong place fails loudly.
+constexpr uint32_t kCommandsMagic = 0x44505721;
+constexpr uint32_t kReportMagic = 0x44505722;
 
 class Writer {
  public:
@@ -153,6 +153,7 @@ void put_output(Writer& w, const GenOutput& o) {
   w.str(o.error);
   w.pod(int32_t(o.prompt_tokens));
   w.pod(int32_t(o.completion_tokens));
+  w.pod(int32_t(o.cached_tokens));
 }
 
 GenOutput get_output(Reader& rd) {
@@ -174,6 +175,7 @@ GenOutput get_output(Reader& rd) {
   o.error = rd.str();
   o.prompt_tokens = rd.pod<int32_t>();
   o.completion_tokens = rd.pod<int32_t>();
+  o.cached_tokens = rd.pod<int32_t>();
   return o;
 }
 
@@ -182,7 +184,9 @@ void put_stats(Writer& w, const EngineStats& s) {
   w.pod(int32_t(s.waiting));
   w.pod(int32_t(s.swapped));
   for (int64_t v : {s.preemptions, s.prompt_tokens_total, s.generation_tokens_total, s.steps, s.kv_blocks_total,
-                    s.kv_blocks_used, s.kv_slots_total, s.kv_slots_used, s.kv_bytes_total, s.kv_bytes_used})
+                    s.kv_blocks_used, s.kv_slots_total, s.kv_slots_used, s.kv_bytes_total, s.kv_bytes_used,
+                    s.prefix_cache_queries, s.prefix_cache_hits, s.prompt_tokens_computed, s.prompt_tokens_cached,
+                    s.forks, s.prefix_cache_blocks, s.prefix_cache_snapshots, s.prefix_cache_evictions})
     w.pod(v);
   w.pod(s.kv_usage);
 }
@@ -193,7 +197,9 @@ EngineStats get_stats(Reader& rd) {
   s.waiting = rd.pod<int32_t>();
   s.swapped = rd.pod<int32_t>();
   for (int64_t* v : {&s.preemptions, &s.prompt_tokens_total, &s.generation_tokens_total, &s.steps, &s.kv_blocks_total,
-                     &s.kv_blocks_used, &s.kv_slots_total, &s.kv_slots_used, &s.kv_bytes_total, &s.kv_bytes_used})
+                     &s.kv_blocks_used, &s.kv_slots_total, &s.kv_slots_used, &s.kv_bytes_total, &s.kv_bytes_used,
+                     &s.prefix_cache_queries, &s.prefix_cache_hits, &s.prompt_tokens_computed, &s.prompt_tokens_cached,
+                     &s.forks, &s.prefix_cache_blocks, &s.prefix_cache_snapshots, &s.prefix_cache_evictions})
     *v = rd.pod<int64_t>();
   s.kv_usage = rd.pod<double>();
   return s;

@@ -1,19 +1,30 @@
 // The engine loop. One thread owns the scheduler, the KV manager, every Sequence and the
 // model; submit()/cancel() only push commands onto a locked queue.
 //
-// A step: drain commands -> schedule (token budget, preemption) -> build the StepBatch ->
-// Model::forward -> sample each logits row -> commit (append, stop checks, free) -> push
-// outputs to the streams -> publish stats.
+// A step: drain commands -> schedule (token budget, preemption, prefix-cache hits) -> copies
+// (copy-on-write, snapshot restores) -> build the StepBatch -> Model::forward -> record
+// snapshots, fork the followers of prompts just computed (their copies) -> sample each logits row
+// -> commit (append, stop checks, free) -> push outputs to the streams -> publish stats.
+//
+// Fork: a request whose prompt equals that of a request in flight that has not produced a token
+// yet (the n choices of one API request, submitted together) follows it instead of queueing.
+// When the leader's prompt is computed, each follower gets the leader's blocks (shared) and a
+// copy of its slot, and samples its first token from the leader's logits with its own sampling
+// and seed; from then on it is an ordinary running sequence (copy-on-write of the shared partial
+// block at its first write). So the prompt is computed once and each choice gives what it would
+// give alone. A follower that cannot be forked (max_num_seqs, slots) just queues.
 #include <algorithm>
 #include <atomic>
 #include <deque>
 #include <random>
+#include <span>
 #include <thread>
 #include <unordered_map>
 
 #include "core/check.h"
 #include "runtime/engine_internal.h"
 #include "runtime/kv_manager.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
@@ -24,14 +35,17 @@ namespace dil::runtime {
 PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec) {
   PoolPlan p;
   p.n_slots = opts.kv_slots > 0 ? opts.kv_slots : opts.max_num_seqs;
+  if (opts.prefix_cache_slots < 0) DIL_FAIL("prefix_cache_slots must be >= 0, got ", opts.prefix_cache_slots);
+  p.n_extra_slots = opts.enable_prefix_cache ? opts.prefix_cache_slots : 0;
   if (opts.kv_blocks > 0) {
     p.n_blocks = opts.kv_blocks;
   } else {
     DIL_CHECK(spec.bytes_per_block > 0, "cache spec without bytes_per_block");
-    const int64_t slot_bytes = int64_t(p.n_slots) * int64_t(spec.bytes_per_slot);
+    const int64_t slot_bytes = int64_t(p.n_slots + p.n_extra_slots) * int64_t(spec.bytes_per_slot);
     if (opts.kv_memory_bytes <= slot_bytes)
-      DIL_FAIL("kv_memory_bytes ", opts.kv_memory_bytes, " cannot even hold the ", p.n_slots, " state slots (",
-               slot_bytes, " bytes); lower max_num_seqs/kv_slots or raise the KV memory");
+      DIL_FAIL("kv_memory_bytes ", opts.kv_memory_bytes, " cannot even hold the ", p.n_slots, " state slots and ",
+               p.n_extra_slots, " prefix-cache slots (", slot_bytes,
+               " bytes); lower max_num_seqs/kv_slots/prefix_cache_slots or raise the KV memory");
     p.n_blocks = (opts.kv_memory_bytes - slot_bytes) / int64_t(spec.bytes_per_block);
   }
   return p;
@@ -52,6 +66,7 @@ class EngineImpl final : public Engine {
              StepHook* hook);
   ~EngineImpl() override { shutdown(); }
   std::shared_ptr<RequestStream> submit(GenRequest req) override;
+  std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenRequest> reqs) override;
   void cancel(const std::string& id) override;
   EngineStats stats() const override;
   const EngineInfo& info() const override { return info_; }
@@ -62,7 +77,11 @@ class EngineImpl final : public Engine {
   void handle(Command& c);
   std::string validate(const GenRequest& r) const;
   bool step();
+  void sample_and_commit(Sequence* s, std::span<const float> logits);
+  void run_copies(const std::vector<CopyOp>& ops);
   void commit(Sequence* s, const SampleResult& r);
+  Sequence* fork_leader(const Sequence& s) const;
+  void release(Sequence* s);  // out of the scheduler, the fork links and live_ (destroys s)
   std::vector<int32_t> min_tokens_ban(const Sequence& s) const;
   void finish(Sequence* s, FinishReason why, std::string error = {});
   void publish_stats();
@@ -73,6 +92,7 @@ class EngineImpl final : public Engine {
   EngineOptions opts_;
   EngineInfo info_;
   std::unique_ptr<KvManager> kv_;
+  std::unique_ptr<PrefixCache> cache_;  // null: --no-prefix-cache
   std::unique_ptr<Scheduler> sched_;
   StepHook* hook_ = nullptr;  // data-parallel rank: lockstep with the other ranks
   // Engine-thread state.
@@ -80,6 +100,9 @@ class EngineImpl final : public Engine {
   std::mt19937_64 seed_gen_;
   int64_t next_seq_id_ = 0;
   int64_t steps_ = 0, prompt_tokens_ = 0, generation_tokens_ = 0;
+  int64_t prompt_computed_ = 0, prompt_cached_ = 0, forks_ = 0;
+  std::vector<Sequence*> open_leaders_;  // no token yet, not a follower: whom a new request may follow
+  int n_followers_ = 0;
   // Shared with other threads.
   std::mutex mu_;
   std::condition_variable cv_;
@@ -108,10 +131,18 @@ EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, 
     DIL_FAIL("KV pool of ", plan.n_blocks, " blocks x ", opts.block_tokens, " tokens is smaller than max_model_len ",
              opts.max_model_len, "; raise kv_memory_bytes/kv_blocks or lower max_model_len");
   if (plan.n_blocks > INT32_MAX) DIL_FAIL("too many KV blocks: ", plan.n_blocks);
-  model_->allocate_cache(int(plan.n_blocks), plan.n_slots, opts.block_tokens);
+  model_->allocate_cache(int(plan.n_blocks), plan.n_slots + plan.n_extra_slots, opts.block_tokens);
   kv_ = std::make_unique<KvManager>(int32_t(plan.n_blocks), plan.n_slots, opts.block_tokens, spec.bytes_per_block,
-                                    spec.bytes_per_slot);
-  sched_ = std::make_unique<Scheduler>(opts.max_num_seqs, opts.max_num_batched_tokens, *kv_);
+                                    spec.bytes_per_slot, plan.n_extra_slots);
+  if (opts.enable_prefix_cache) {
+    // Everything besides the token ids that changes what a prefix leaves in the cache.
+    const std::string salt = str_cat(cfg.model_type, "|", opts.model_dir, "|layers=", cfg.n_layers,
+                                     "|vocab=", cfg.vocab_size, "|numerics=", opts.numerics,
+                                     "|block_tokens=", opts.block_tokens);
+    cache_ = std::make_unique<PrefixCache>(*kv_, salt);
+    kv_->set_reclaimer(cache_.get());
+  }
+  sched_ = std::make_unique<Scheduler>(opts.max_num_seqs, opts.max_num_batched_tokens, *kv_, cache_.get());
 
   info_.model_name = cfg.model_type.empty() ? "deepseek" : cfg.model_type;
   if (!opts.model_dir.empty()) {
@@ -128,6 +159,8 @@ EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, 
   info_.kv_slots = plan.n_slots;
   info_.kv_bytes_per_block = int64_t(spec.bytes_per_block);
   info_.kv_bytes_per_slot = int64_t(spec.bytes_per_slot);
+  info_.prefix_cache = opts.enable_prefix_cache;
+  info_.prefix_cache_slots = plan.n_extra_slots;
   seed_gen_.seed(opts.seed != 0 ? opts.seed : (uint64_t(std::random_device{}()) << 32 | std::random_device{}()));
   publish_stats();
   thread_ = std::thread([this] { loop(); });
@@ -149,6 +182,33 @@ std::shared_ptr<RequestStream> EngineImpl::submit(GenRequest req) {
   o.error = "engine shut down";
   stream->push(std::move(o));
   return stream;
+}
+
+std::vector<std::shared_ptr<RequestStream>> EngineImpl::submit_all(std::vector<GenRequest> reqs) {
+  std::vector<std::shared_ptr<Stream>> streams;
+  std::vector<Command> cmds;
+  for (GenRequest& r : reqs) {
+    if (r.id.empty()) r.id = "req-" + std::to_string(auto_id_.fetch_add(1));
+    streams.push_back(std::make_shared<Stream>(r.id));
+    cmds.push_back({Command::Kind::Submit, std::move(r), streams.back(), {}});
+  }
+  const std::vector<std::shared_ptr<RequestStream>> out(streams.begin(), streams.end());
+  {
+    // One hand-off: the engine thread drains them in one go, before any of them runs.
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!stop_) {
+      for (Command& c : cmds) cmds_.push_back(std::move(c));
+      cv_.notify_one();
+      return out;
+    }
+  }
+  for (auto& st : streams) {
+    GenOutput o;
+    o.finish = FinishReason::Error;
+    o.error = "engine shut down";
+    st->push(std::move(o));
+  }
+  return out;
 }
 
 void EngineImpl::cancel(const std::string& id) {
@@ -226,8 +286,42 @@ void EngineImpl::handle(Command& c) {
   s->seed = s->sampling.seed ? *s->sampling.seed : drawn;
   s->stream = std::move(c.stream);
   prompt_tokens_ += s->prompt_len;
-  sched_->add(s.get());
+  if (Sequence* leader = fork_leader(*s)) {
+    s->leader = leader;
+    leader->followers.push_back(s.get());
+    ++n_followers_;
+  } else {
+    sched_->add(s.get());
+    open_leaders_.push_back(s.get());
+  }
   live_.emplace(s->request_id, std::move(s));
+}
+
+Sequence* EngineImpl::fork_leader(const Sequence& s) const {
+  for (Sequence* l : open_leaders_)
+    if (l->prompt_len == s.prompt_len && l->tokens == s.tokens) return l;
+  return nullptr;
+}
+
+void EngineImpl::release(Sequence* s) {
+  if (s->leader) {
+    auto& f = s->leader->followers;
+    f.erase(std::find(f.begin(), f.end(), s));
+    --n_followers_;
+    s->leader = nullptr;
+  }
+  // Followers of a leader that ends before its prompt is computed queue on their own.
+  for (Sequence* f : s->followers) {
+    f->leader = nullptr;
+    --n_followers_;
+    sched_->add(f);
+    open_leaders_.push_back(f);
+  }
+  s->followers.clear();
+  auto it = std::find(open_leaders_.begin(), open_leaders_.end(), s);
+  if (it != open_leaders_.end()) open_leaders_.erase(it);
+  sched_->finish(s);
+  live_.erase(s->request_id);  // destroys s
 }
 
 void EngineImpl::finish(Sequence* s, FinishReason why, std::string error) {
@@ -236,9 +330,9 @@ void EngineImpl::finish(Sequence* s, FinishReason why, std::string error) {
   o.error = std::move(error);
   o.prompt_tokens = s->prompt_len;
   o.completion_tokens = s->num_generated();
+  o.cached_tokens = std::max(s->cached_tokens, 0);
   s->stream->push(std::move(o));
-  sched_->finish(s);
-  live_.erase(s->request_id);  // destroys s
+  release(s);
 }
 
 void EngineImpl::commit(Sequence* s, const SampleResult& r) {
@@ -247,6 +341,7 @@ void EngineImpl::commit(Sequence* s, const SampleResult& r) {
   GenOutput o;
   o.prompt_tokens = s->prompt_len;
   o.completion_tokens = s->num_generated();
+  o.cached_tokens = std::max(s->cached_tokens, 0);
   const auto& ids = s->stop.stop_token_ids;
   if ((!s->stop.ignore_eos && r.token == info_.eos_token_id) || std::find(ids.begin(), ids.end(), r.token) != ids.end()) {
     o.finish = FinishReason::Stop;
@@ -257,10 +352,19 @@ void EngineImpl::commit(Sequence* s, const SampleResult& r) {
   }
   const bool done = o.finish != FinishReason::None;
   s->stream->push(std::move(o));
-  if (done) {
-    sched_->finish(s);
-    live_.erase(s->request_id);
+  if (done) release(s);
+}
+
+void EngineImpl::sample_and_commit(Sequence* s, std::span<const float> lrow) {
+  if (s->num_generated() == 0) {  // its prompt is done: where its state came from
+    prompt_cached_ += std::max(s->cached_tokens, 0);
+    prompt_computed_ += s->prompt_len - std::max(s->cached_tokens, 0);
   }
+  std::span<const int32_t> all(s->tokens);
+  const std::vector<int32_t> banned = min_tokens_ban(*s);
+  SampleResult r = sample_token(lrow, s->sampling, all.first(s->prompt_len), all.subspan(s->prompt_len), s->seed,
+                                s->len(), opts_.logprobs_mode, banned);
+  commit(s, r);
 }
 
 // Before min_tokens, what would stop the request (EOS unless ignored, stop ids) is masked, as
@@ -312,47 +416,87 @@ bool EngineImpl::step() {
     batch.tokens.insert(batch.tokens.end(), c.seq->tokens.begin() + c.start, c.seq->tokens.begin() + c.start + c.n_tokens);
   }
   std::vector<float> logits;  // [rows, vocab] f32
+  std::vector<std::vector<Sequence*>> forked(sch.chunks.size());  // per chunk: followers forked from it
   try {
+    run_copies(sch.copies);
     model_->forward(batch, &logits);
+    // What the forward left behind: snapshots at the chunks' ends, forks of finished prompts.
+    std::vector<CopyOp> post;
+    for (const ScheduledChunk& c : sch.chunks) c.seq->num_computed += c.n_tokens;
+    sched_->after_forward(sch, &post);
+    for (size_t i = 0; i < sch.chunks.size(); ++i) {
+      Sequence* s = sch.chunks[i].seq;
+      if (!sch.chunks[i].sample || s->num_generated() > 0) continue;
+      auto it = std::find(open_leaders_.begin(), open_leaders_.end(), s);
+      if (it != open_leaders_.end()) open_leaders_.erase(it);
+      for (Sequence* f : s->followers) {
+        f->leader = nullptr;
+        --n_followers_;
+        if (sched_->fork(s, f, &post)) {
+          f->cached_tokens = f->prompt_len;
+          ++forks_;
+          forked[i].push_back(f);
+        } else {
+          sched_->add(f);  // no room to run it now: it queues (and may hit the prefix cache)
+        }
+      }
+      s->followers.clear();
+    }
+    run_copies(post);
   } catch (const std::exception& e) {
     if (hook_) hook_->fatal(str_cat("model step failed: ", e.what()));
     for (const ScheduledChunk& c : sch.chunks) finish(c.seq, FinishReason::Error, str_cat("model step failed: ", e.what()));
+    for (auto& fs : forked)
+      for (Sequence* f : fs) finish(f, FinishReason::Error, str_cat("model step failed: ", e.what()));
     return true;
   }
   ++steps_;
   const size_t vocab = size_t(info_.vocab_size);
   size_t row = 0;
-  for (const ScheduledChunk& c : sch.chunks) {
-    Sequence* s = c.seq;
-    s->num_computed += c.n_tokens;
+  for (size_t i = 0; i < sch.chunks.size(); ++i) {
+    const ScheduledChunk& c = sch.chunks[i];
     if (!c.sample) continue;
     DIL_CHECK((row + 1) * vocab <= logits.size(), "model returned ", logits.size(), " logits for row ", row);
     std::span<const float> lrow(logits.data() + row * vocab, vocab);
     ++row;
-    std::span<const int32_t> all(s->tokens);
-    const std::vector<int32_t> banned = min_tokens_ban(*s);
-    SampleResult r = sample_token(lrow, s->sampling, all.first(s->prompt_len), all.subspan(s->prompt_len), s->seed,
-                                  s->len(), opts_.logprobs_mode, banned);
-    commit(s, r);
+    sample_and_commit(c.seq, lrow);  // may destroy c.seq
+    for (Sequence* f : forked[i]) sample_and_commit(f, lrow);
   }
   return true;
+}
+
+void EngineImpl::run_copies(const std::vector<CopyOp>& ops) {
+  if (ops.empty()) return;
+  std::vector<CacheCopy> cc;
+  cc.reserve(ops.size());
+  for (const CopyOp& op : ops)
+    cc.push_back({op.kind == CopyOp::Kind::Block ? CacheCopy::Kind::Block : CacheCopy::Kind::Slot, op.src, op.dst});
+  model_->copy_cache(cc);
 }
 
 void EngineImpl::publish_stats() {
   EngineStats st;
   st.running = int(sched_->n_running());
-  st.waiting = int(sched_->n_waiting());
+  st.waiting = int(sched_->n_waiting()) + n_followers_;
   st.preemptions = sched_->preemptions();
   st.prompt_tokens_total = prompt_tokens_;
   st.generation_tokens_total = generation_tokens_;
   st.steps = steps_;
   st.kv_blocks_total = kv_->total_blocks();
-  st.kv_blocks_used = kv_->total_blocks() - kv_->free_blocks();
+  st.kv_blocks_used = kv_->used_blocks();
   st.kv_usage = st.kv_blocks_total ? double(st.kv_blocks_used) / double(st.kv_blocks_total) : 0.0;
   st.kv_slots_total = kv_->total_slots();
-  st.kv_slots_used = kv_->total_slots() - kv_->free_slots();
+  st.kv_slots_used = kv_->seq_slots();
   st.kv_bytes_total = int64_t(kv_->total_bytes());
   st.kv_bytes_used = int64_t(kv_->used_bytes());
+  st.prefix_cache_queries = sched_->prefix_counters().queries;
+  st.prefix_cache_hits = sched_->prefix_counters().hits;
+  st.prompt_tokens_computed = prompt_computed_;
+  st.prompt_tokens_cached = prompt_cached_;
+  st.forks = forks_;
+  st.prefix_cache_blocks = kv_->cached_blocks();
+  st.prefix_cache_snapshots = kv_->snapshot_slots();
+  st.prefix_cache_evictions = cache_ ? cache_->evictions() : 0;
   std::lock_guard<std::mutex> lk(stats_mu_);
   stats_ = st;
 }

@@ -39,7 +39,8 @@ std::unique_ptr<Engine> make_engine_with_model(const EngineOptions& opts, std::u
 // Pool geometry for `opts` and a model's cache spec (the engine's start-up arithmetic).
 struct PoolPlan {
   int64_t n_blocks = 0;
-  int n_slots = 0;
+  int n_slots = 0;        // for sequences
+  int n_extra_slots = 0;  // for prefix-cache snapshots only
 };
 PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec);
 

@@ -6,16 +6,24 @@
 // admitted in arrival order (FCFS) while the budget, max_num_seqs, a state slot and the blocks
 // of their first chunk are available. The queue never skips its head, so no request starves.
 //
+// With a prefix cache (prefix_cache.h), admission first looks the sequence's tokens up: a hit
+// shares the cached blocks, copies the snapshot into the new slot (a CopyOp before the forward)
+// and starts the sequence at the hit. A chunk never runs past one of the sequence's snapshot
+// positions (Sequence::snapshot_at), so after the step its state there can be recorded.
+//
 // When a running sequence cannot get the blocks for its chunk, the newest running sequence is
 // preempted by recomputation: all its blocks and its slot are freed, it goes back to the
-// waiting queue in arrival order and later recomputes prompt + generated tokens from position 0.
-// No admissions happen in a step that preempted (they would be the next victims).
+// waiting queue in arrival order and later recomputes prompt + generated tokens from position 0
+// (from a prefix-cache hit where there is one). Cached blocks nobody reads are reclaimed before
+// anyone is preempted. No admissions happen in a step that preempted (they would be the next
+// victims).
 #pragma once
 #include <cstdint>
 #include <map>
 #include <vector>
 
 #include "runtime/kv_manager.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/sequence.h"
 
 namespace dil::runtime {
@@ -30,26 +38,45 @@ struct ScheduledChunk {
 struct Schedule {
   std::vector<ScheduledChunk> chunks;   // running order (oldest first), then admissions
   std::vector<Sequence*> preempted;
+  std::vector<CopyOp> copies;           // to run, in order, before the forward (copy-on-write, restores)
   int n_tokens = 0;
+};
+
+struct PrefixCacheCounters {
+  int64_t queries = 0;  // tokens of the admitted sequences looked up (vLLM's prefix_cache_queries)
+  int64_t hits = 0;     // of which found in the cache (vLLM's prefix_cache_hits)
 };
 
 class Scheduler {
  public:
-  Scheduler(int max_num_seqs, int max_num_batched_tokens, KvManager& kv);
+  // `cache`: nullptr = no prefix cache.
+  Scheduler(int max_num_seqs, int max_num_batched_tokens, KvManager& kv, PrefixCache* cache = nullptr);
   void add(Sequence* s);      // a new sequence: to the waiting queue
   void finish(Sequence* s);   // removes it from the queues and frees its cache state
   Schedule schedule();
+  // After the step's forward (num_computed advanced): records the snapshots of the chunks that
+  // ended at a snapshot position; their copies go to `copies` (to run before the next forward).
+  void after_forward(const Schedule& s, std::vector<CopyOp>* copies);
+  // `child` (not queued) becomes a running copy of `parent` (fork: shared blocks, its slot a
+  // copy, in `copies`). False when max_num_seqs or the slots do not allow another sequence.
+  bool fork(Sequence* parent, Sequence* child, std::vector<CopyOp>* copies);
   size_t n_running() const { return running_.size(); }
   size_t n_waiting() const { return waiting_.size(); }
   int64_t preemptions() const { return preemptions_; }
+  const PrefixCacheCounters& prefix_counters() const { return counters_; }
 
  private:
   void preempt(Sequence* s);
+  bool admit(Sequence* s, int budget, Schedule* out);
+  int chunk_tokens(Sequence* s, int budget) const;
+  void plan_snapshots(Sequence* s, const PrefixMatch& m) const;
   int max_num_seqs_, max_num_batched_tokens_;
   KvManager& kv_;
+  PrefixCache* cache_;
   std::map<int64_t, Sequence*> running_;  // by arrival id
   std::map<int64_t, Sequence*> waiting_;  // by arrival id (preempted ones return to their place)
   int64_t preemptions_ = 0;
+  PrefixCacheCounters counters_;
 };
 
 }  // namespace dil::runtime

@@ -24,6 +24,16 @@ struct Sequence {
   Status status = Status::Waiting;
   int preemptions = 0;
   std::shared_ptr<Stream> stream;
+  // Prefix cache (prefix_cache.h): positions, ascending, where this sequence's state is recorded
+  // in the cache; the scheduler ends a chunk at each, the step after it records the snapshot.
+  std::vector<int> snapshot_at;
+  // Prompt tokens it did not compute: the prefix-cache hit of its first admission, or the whole
+  // prompt for a choice forked from another request's prefill; -1 until admitted.
+  int cached_tokens = -1;
+  // Fork (n > 1, or any requests with the same prompt in flight together): a follower waits for
+  // its leader's prefill instead of queueing, then shares its blocks and a copy of its slot.
+  Sequence* leader = nullptr;
+  std::vector<Sequence*> followers;
 
   int len() const { return int(tokens.size()); }
   int num_generated() const { return len() - prompt_len; }

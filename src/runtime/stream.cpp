@@ -25,6 +25,7 @@ void Stream::push(GenOutput o) {
       p.error = std::move(o.error);
       p.prompt_tokens = o.prompt_tokens;
       p.completion_tokens = o.completion_tokens;
+      p.cached_tokens = o.cached_tokens;
     }
   }
   cv_.notify_all();

@@ -120,6 +120,7 @@ struct Generation::Choice {
   int index = 0;
   int prompt_index = 0;
   int prompt_tokens = 0;
+  int cached_tokens = 0;
   std::string engine_id;
   std::shared_ptr<RequestStream> stream;
   ChoiceDecoder decoder;
@@ -135,6 +136,7 @@ Generation::Generation(Engine& e, Metrics& m, const tok::Tokenizer& t, tok::Prom
       created_(std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch()).count()),
       start_(Clock::now()) {
+  std::vector<GenRequest> reqs;
   for (size_t i = 0; i < specs.size(); ++i) {
     auto c = std::make_unique<Choice>(t, f, specs[i].config);
     c->index = int(i);
@@ -144,9 +146,12 @@ Generation::Generation(Engine& e, Metrics& m, const tok::Tokenizer& t, tok::Prom
     specs[i].request.id = c->engine_id;
     metrics_.request_started();
     if (live_) live_->add(c->engine_id);
-    c->stream = engine_.submit(std::move(specs[i].request));
+    reqs.push_back(std::move(specs[i].request));
     choices_.push_back(std::move(c));
   }
+  // Together: the choices of one prompt are prefilled once and forked (engine.h submit_all).
+  auto streams = engine_.submit_all(std::move(reqs));
+  for (size_t i = 0; i < choices_.size(); ++i) choices_[i]->stream = std::move(streams[i]);
 }
 
 Generation::~Generation() {
@@ -182,6 +187,19 @@ int Generation::prompt_tokens() const {
   return s;
 }
 
+// Per prompt, what none of its choices computed (the forked ones count the whole prompt as
+// cached; the one that computed it counts its prefix-cache hit), summed over the prompts.
+int Generation::cached_tokens() const {
+  std::map<int, int> per_prompt;
+  for (const auto& c : choices_) {
+    auto [it, fresh] = per_prompt.emplace(c->prompt_index, c->cached_tokens);
+    if (!fresh) it->second = std::min(it->second, c->cached_tokens);
+  }
+  int s = 0;
+  for (const auto& [_, n] : per_prompt) s += n;
+  return s;
+}
+
 int Generation::completion_tokens() const {
   int s = 0;
   for (const auto& c : choices_) s += c->decoder.completion_tokens();
@@ -201,6 +219,7 @@ std::vector<ChoiceDelta> Generation::poll(std::chrono::milliseconds wait) {
       if (c->done) continue;
       GenOutput o;
       if (!c->stream->next(&o, each)) continue;
+      c->cached_tokens = o.cached_tokens;
       const auto now = Clock::now();
       if (!o.tokens.empty()) {
         if (!c->got_first) {

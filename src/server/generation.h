@@ -100,6 +100,7 @@ class Generation {
   int64_t created() const { return created_; }
   int prompt_tokens() const;      // sum over distinct prompts
   int completion_tokens() const;  // sum over choices
+  int cached_tokens() const;      // prompt tokens served from the prefix cache (usage.prompt_tokens_details)
 
  private:
   struct Choice;

@@ -122,6 +122,16 @@ std::string Metrics::render(const EngineStats& e, const HttpGauges& h) const {
   sample(&o, "vllm:kv_cache_usage_perc", L, e.kv_usage);
   header(&o, "vllm:num_preemptions_total", "counter", "Preemptions by the scheduler.");
   sample(&o, "vllm:num_preemptions_total", L, double(e.preemptions));
+  header(&o, "vllm:prefix_cache_queries_total", "counter",
+         "Prefix cache queries, in tokens: the tokens of every sequence looked up at admission.");
+  sample(&o, "vllm:prefix_cache_queries_total", L, double(e.prefix_cache_queries));
+  header(&o, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in tokens: queried tokens found cached.");
+  sample(&o, "vllm:prefix_cache_hits_total", L, double(e.prefix_cache_hits));
+  header(&o, "vllm:prompt_tokens_by_source_total", "counter",
+         "Prompt tokens by where their state came from (local_cache_hit: the prefix cache or a fork of "
+         "another request's prefill of the same prompt).");
+  sample(&o, "vllm:prompt_tokens_by_source_total", L + ",source=\"local_compute\"", double(e.prompt_tokens_computed));
+  sample(&o, "vllm:prompt_tokens_by_source_total", L + ",source=\"local_cache_hit\"", double(e.prompt_tokens_cached));
   header(&o, "vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
   sample(&o, "vllm:prompt_tokens_total", L, double(prompt_tokens_));
   header(&o, "vllm:generation_tokens_total", "counter", "Generated tokens of finished requests.");
@@ -149,6 +159,14 @@ std::string Metrics::render(const EngineStats& e, const HttpGauges& h) const {
   sample(&o, "dil:kv_blocks_used", L, double(e.kv_blocks_used));
   header(&o, "dil:kv_blocks_total", "gauge", "KV-cache blocks in the pool.");
   sample(&o, "dil:kv_blocks_total", L, double(e.kv_blocks_total));
+  header(&o, "dil:prefix_cache_blocks", "gauge", "KV blocks the prefix cache holds (given back on demand).");
+  sample(&o, "dil:prefix_cache_blocks", L, double(e.prefix_cache_blocks));
+  header(&o, "dil:prefix_cache_snapshots", "gauge", "State slots holding a prefix-cache snapshot.");
+  sample(&o, "dil:prefix_cache_snapshots", L, double(e.prefix_cache_snapshots));
+  header(&o, "dil:prefix_cache_evictions_total", "counter", "Prefix-cache entries evicted to give memory back.");
+  sample(&o, "dil:prefix_cache_evictions_total", L, double(e.prefix_cache_evictions));
+  header(&o, "dil:forks_total", "counter", "Requests forked from another request's prefill of the same prompt (n > 1).");
+  sample(&o, "dil:forks_total", L, double(e.forks));
   header(&o, "dil:engine_steps_total", "counter", "Engine steps run.");
   sample(&o, "dil:engine_steps_total", L, double(e.steps));
   if (!e.dp_ranks.empty()) {

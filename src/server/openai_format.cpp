@@ -11,10 +11,11 @@ Json bytes_of(const std::string& s) {
 
 }  // namespace
 
-Json usage_json(int prompt_tokens, int completion_tokens) {
+Json usage_json(int prompt_tokens, int completion_tokens, int cached_tokens) {
   return Json{{"prompt_tokens", prompt_tokens},
               {"completion_tokens", completion_tokens},
-              {"total_tokens", prompt_tokens + completion_tokens}};
+              {"total_tokens", prompt_tokens + completion_tokens},
+              {"prompt_tokens_details", Json{{"cached_tokens", cached_tokens}}}};
 }
 
 Json chat_logprobs(const tok::Tokenizer& t, const std::vector<GenToken>& tokens, int top) {

@@ -15,7 +15,8 @@ struct ResponseMeta {
   std::string model;
 };
 
-Json usage_json(int prompt_tokens, int completion_tokens);
+// prompt_tokens_details.cached_tokens: prompt tokens served from the prefix cache (OpenAI's field).
+Json usage_json(int prompt_tokens, int completion_tokens, int cached_tokens = 0);
 // Chat logprobs items: {token, logprob, bytes, top_logprobs[]} per token.
 Json chat_logprobs(const tok::Tokenizer& t, const std::vector<GenToken>& tokens, int top);
 // Completions logprobs: {tokens, token_logprobs, top_logprobs, text_offset}; `offset0` is the

@@ -153,7 +153,7 @@ bool pump(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, http:
   if (st->gen->done() && !st->finished) {
     st->finished = true;
     if (st->include_usage) {
-      Json u = usage_json(st->gen->prompt_tokens(), st->gen->completion_tokens());
+      Json u = usage_json(st->gen->prompt_tokens(), st->gen->completion_tokens(), st->gen->cached_tokens());
       Json j = st->chat ? chat_chunk(st->meta, Json::array(), false) : completion_chunk(st->meta, Json::array(), false);
       j["usage"] = u;
       out += sse(j);
@@ -260,7 +260,7 @@ void Server::Core::chat(const http::Request& req, http::Response& res) {
   send_json(res, 200,
             Json{{"id", meta.id}, {"object", "chat.completion"}, {"created", meta.created}, {"model", meta.model},
                  {"system_fingerprint", "deepinfer-lab"}, {"choices", choices},
-                 {"usage", usage_json(gen->prompt_tokens(), gen->completion_tokens())}});
+                 {"usage", usage_json(gen->prompt_tokens(), gen->completion_tokens(), gen->cached_tokens())}});
 }
 
 void Server::Core::completions(const http::Request& req, http::Response& res) {
@@ -329,7 +329,7 @@ void Server::Core::completions(const http::Request& req, http::Response& res) {
   send_json(res, 200,
             Json{{"id", meta.id}, {"object", "text_completion"}, {"created", meta.created}, {"model", meta.model},
                  {"system_fingerprint", "deepinfer-lab"}, {"choices", choices},
-                 {"usage", usage_json(gen->prompt_tokens(), gen->completion_tokens())}});
+                 {"usage", usage_json(gen->prompt_tokens(), gen->completion_tokens(), gen->cached_tokens())}});
 }
 
 }  // namespace dil::server

@@ -270,7 +270,7 @@ def test_serve_final_load_line_has_the_kv_capacity():
     finally:
         s.stop()
     m = re.search(r"^loaded: weights [\d.]+ MB \(\d+ tensors\) .*; KV cache (\d+) tokens \((\d+) blocks of 128\), "
-                  r"(\d+) sequences of 1024 tokens \(8 state slots\), [\d.]+ MiB; plan: cpu backend, official numerics; kernels: the reference of every op$",
+                  r"(\d+) sequences of 1024 tokens \(8 state slots\), [\d.]+ MiB; prefix cache: 16 more slots for snapshots; plan: cpu backend, official numerics; kernels: the reference of every op$",
                   log, re.M)
     assert m, log
     tokens, blocks, seqs = map(int, m.groups())

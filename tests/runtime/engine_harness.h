@@ -22,6 +22,7 @@ struct Result {
   int32_t stop_token = -1;
   std::string error;
   int completion_tokens = 0;
+  int cached_tokens = 0;  // not compared: a prefix-cache hit must not change anything else
   bool operator==(const Result& o) const {
     if (top.size() != o.top.size()) return false;
     for (size_t i = 0; i < top.size(); ++i) {
@@ -57,6 +58,7 @@ inline Result drain(RequestStream& s, std::chrono::seconds limit = std::chrono::
       r.stop_token = o.stop_token;
       r.error = o.error;
       r.completion_tokens = o.completion_tokens;
+      r.cached_tokens = o.cached_tokens;
       return r;
     }
   }
@@ -68,6 +70,14 @@ inline Result drain(RequestStream& s, std::chrono::seconds limit = std::chrono::
 inline std::vector<Result> run_together(Engine& e, const std::vector<GenRequest>& reqs) {
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const GenRequest& r : reqs) streams.push_back(e.submit(r));
+  std::vector<Result> out;
+  for (auto& s : streams) out.push_back(drain(*s));
+  return out;
+}
+
+// Every request in one hand-off (Engine::submit_all: same prompts are prefilled once).
+inline std::vector<Result> run_all(Engine& e, const std::vector<GenRequest>& reqs) {
+  auto streams = e.submit_all(reqs);
   std::vector<Result> out;
   for (auto& s : streams) out.push_back(drain(*s));
   return out;

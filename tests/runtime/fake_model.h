@@ -1,8 +1,11 @@
 // A stand-in Model for engine tests: logits are a hash of the sequence's whole token history,
 // read back from the paged blocks the engine hands it, and checked against a running hash kept
 // in the sequence's state slot. So a wrong block table, a block freed while still in use, a
-// wrong slot or a skipped/duplicated position makes it abort, not just give other tokens.
+// wrong slot or a skipped/duplicated position makes it abort, not just give other tokens. Cache
+// copies (fork, prefix cache) copy a block's tokens or a slot's hash and position, so a wrong or
+// missing copy (a restore from the wrong snapshot, a shared block written) aborts the same way.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -19,6 +22,8 @@ struct FakeModelStats {
   std::atomic<int64_t> max_step_tokens{0};
   std::atomic<int64_t> max_step_seqs{0};
   std::atomic<int> step_delay_us{0};  // slows each step (cancel tests)
+  std::atomic<int64_t> tokens{0};     // positions computed, over all steps
+  std::atomic<int64_t> copies{0};     // cache copies run
 };
 
 inline uint64_t mix64(uint64_t x) {  // SplitMix64 finaliser
@@ -49,9 +54,26 @@ class FakeModel final : public Model {
     slot_hash_.assign(n_slots, 0);
     slot_pos_.assign(n_slots, -1);
   }
+  void copy_cache(const std::vector<CacheCopy>& ops) override {
+    for (const CacheCopy& op : ops) {
+      ++stats_->copies;
+      if (op.kind == CacheCopy::Kind::Block) {
+        const size_t n = cache_.size() / size_t(bt_);
+        DIL_CHECK(op.src >= 0 && size_t(op.src) < n && op.dst >= 0 && size_t(op.dst) < n, "bad block copy");
+        std::copy_n(cache_.begin() + int64_t(op.src) * bt_, bt_, cache_.begin() + int64_t(op.dst) * bt_);
+      } else {
+        DIL_CHECK(op.src >= 0 && op.src < int(slot_hash_.size()) && op.dst >= 0 && op.dst < int(slot_hash_.size()),
+                  "bad slot copy");
+        DIL_CHECK(slot_pos_[op.src] >= 0, "copy of slot ", op.src, " that holds no state");
+        slot_hash_[op.dst] = slot_hash_[op.src];
+        slot_pos_[op.dst] = slot_pos_[op.src];
+      }
+    }
+  }
   void forward(const StepBatch& batch, std::vector<float>* logits) override {
     if (int us = stats_->step_delay_us.load()) std::this_thread::sleep_for(std::chrono::microseconds(us));
     ++stats_->steps;
+    stats_->tokens += int64_t(batch.tokens.size());
     stats_->max_step_tokens = std::max<int64_t>(stats_->max_step_tokens, int64_t(batch.tokens.size()));
     stats_->max_step_seqs = std::max<int64_t>(stats_->max_step_seqs, int64_t(batch.seqs.size()));
     logits->clear();

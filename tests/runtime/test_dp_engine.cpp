@@ -203,6 +203,7 @@ class LockstepModel final : public Model {
   const ModelConfig& config() const override { return inner_.config(); }
   CacheSpec cache_spec(int bt) const override { return inner_.cache_spec(bt); }
   void allocate_cache(int n_blocks, int n_slots, int bt) override { inner_.allocate_cache(n_blocks, n_slots, bt); }
+  void copy_cache(const std::vector<CacheCopy>& ops) override { inner_.copy_cache(ops); }
   void forward(const StepBatch& batch, std::vector<float>* logits) override {
     ++forwards;
     const int R = comm_.size();
