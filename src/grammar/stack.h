@@ -14,7 +14,7 @@ class StackSet {
  public:
   void clear() {
     data_.clear();
-    off_.assign(1, 0);
+    off_.resize(1);  // off_[0] is always 0
   }
   int32_t size() const { return int32_t(off_.size()) - 1; }
   bool empty() const { return size() == 0; }
