@@ -43,6 +43,12 @@ std::shared_ptr<RequestStream> DpEngine::submit(GenRequest req) {
   if (front_closed_ || stop_requested_) return failed(req.id, "engine shut down", n_prompt);
   if (owners_.count(req.id)) return failed(req.id, str_cat("request id '", req.id, "' is already in flight"), n_prompt);
   int r = req.dp_rank;
+  // A constraint (structured output) is an object of this process: it cannot travel to
+  // another rank, so constrained requests run here, on rank 0.
+  if (req.constraint && r > 0)
+    return failed(req.id, str_cat("structured output runs on data-parallel rank 0 only; X-Data-Parallel-Rank ", r,
+                                  " cannot take it"), n_prompt);
+  if (req.constraint) r = 0;
   if (r < 0) {
     r = 0;
     for (int i = 1; i < size_; ++i)
@@ -104,6 +110,8 @@ EngineStats DpEngine::stats() const {
     t.kv_slots_used += s.kv_slots_used;
     t.kv_bytes_total += s.kv_bytes_total;
     t.kv_bytes_used += s.kv_bytes_used;
+    t.mask_seconds_total += s.mask_seconds_total;
+    t.mask_wait_seconds_total += s.mask_wait_seconds_total;
   }
   t.kv_usage = t.kv_blocks_total ? double(t.kv_blocks_used) / double(t.kv_blocks_total) : 0.0;
   return t;

@@ -181,6 +181,8 @@ void put_stats(Writer& w, const EngineStats& s) {
                     s.kv_blocks_used, s.kv_slots_total, s.kv_slots_used, s.kv_bytes_total, s.kv_bytes_used})
     w.pod(v);
   w.pod(s.kv_usage);
+  w.pod(s.mask_seconds_total);
+  w.pod(s.mask_wait_seconds_total);
 }
 
 EngineStats get_stats(Reader& rd) {
@@ -192,6 +194,8 @@ EngineStats get_stats(Reader& rd) {
                      &s.kv_blocks_used, &s.kv_slots_total, &s.kv_slots_used, &s.kv_bytes_total, &s.kv_bytes_used})
     *v = rd.pod<int64_t>();
   s.kv_usage = rd.pod<double>();
+  s.mask_seconds_total = rd.pod<double>();
+  s.mask_wait_seconds_total = rd.pod<double>();
   return s;
 }
 

@@ -2,10 +2,12 @@
 // model; submit()/cancel() only push commands onto a locked queue.
 //
 // A step: drain commands -> schedule (token budget, preemption) -> build the StepBatch ->
-// Model::forward -> sample each logits row -> commit (append, stop checks, free) -> push
-// outputs to the streams -> publish stats.
+// [structured output: start the token masks on the mask worker] -> Model::forward -> [wait for
+// the masks] -> sample each logits row -> commit (append, stop checks, free) -> push outputs
+// to the streams -> publish stats.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <random>
 #include <thread>
@@ -14,6 +16,7 @@
 #include "core/check.h"
 #include "runtime/engine_internal.h"
 #include "runtime/kv_manager.h"
+#include "runtime/mask_worker.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
@@ -62,6 +65,9 @@ class EngineImpl final : public Engine {
   void handle(Command& c);
   std::string validate(const GenRequest& r) const;
   bool step();
+  // The allowed tokens of a constrained row: the constraint's mask plus EOS/stop tokens when
+  // its output is complete. False when nothing is allowed (the sequence is then finished).
+  bool finish_mask(Sequence* s, std::vector<uint64_t>& mask);
   void commit(Sequence* s, const SampleResult& r);
   void finish(Sequence* s, FinishReason why, std::string error = {});
   void publish_stats();
@@ -79,6 +85,8 @@ class EngineImpl final : public Engine {
   std::mt19937_64 seed_gen_;
   int64_t next_seq_id_ = 0;
   int64_t steps_ = 0, prompt_tokens_ = 0, generation_tokens_ = 0;
+  double mask_seconds_ = 0.0, mask_wait_seconds_ = 0.0;
+  MaskWorker mask_worker_;  // structured output: masks computed while the model runs
   // Shared with other threads.
   std::mutex mu_;
   std::condition_variable cv_;
@@ -216,6 +224,7 @@ void EngineImpl::handle(Command& c) {
   s->prompt_len = s->len();
   s->sampling = std::move(r.sampling);
   s->stop = std::move(r.stop);
+  s->constraint = std::move(r.constraint);
   // Drawn for every request, in arrival order, so the engine's generator state depends only on
   // the order of submissions.
   const uint64_t drawn = seed_gen_();
@@ -293,30 +302,84 @@ bool EngineImpl::step() {
     batch.seqs.push_back(std::move(sc));
     batch.tokens.insert(batch.tokens.end(), c.seq->tokens.begin() + c.start, c.seq->tokens.begin() + c.start + c.n_tokens);
   }
+  // Structured output: each constrained row's mask depends only on the tokens sampled so far,
+  // so it is computed on the mask worker while the model runs.
+  const size_t vocab = size_t(info_.vocab_size);
+  std::vector<std::vector<uint64_t>> masks(sch.chunks.size());  // [chunk][ceil(vocab / 64)]
+  std::vector<size_t> constrained;                               // chunk indices
+  for (size_t k = 0; k < sch.chunks.size(); ++k)
+    if (sch.chunks[k].sample && sch.chunks[k].seq->constraint) {
+      constrained.push_back(k);
+      masks[k].assign((vocab + 63) / 64, 0);
+    }
+  double mask_seconds = 0.0;
+  if (!constrained.empty())
+    mask_worker_.start([&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (size_t k : constrained) {
+        Sequence* s = sch.chunks[k].seq;
+        s->constraint->fill_mask(masks[k], s->stop.max_tokens - s->num_generated() - 1);
+      }
+      mask_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
   std::vector<float> logits;  // [rows, vocab] f32
+  std::string failure;
   try {
     model_->forward(batch, &logits);
   } catch (const std::exception& e) {
-    if (hook_) hook_->fatal(str_cat("model step failed: ", e.what()));
-    for (const ScheduledChunk& c : sch.chunks) finish(c.seq, FinishReason::Error, str_cat("model step failed: ", e.what()));
+    failure = e.what();
+  }
+  if (!constrained.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    mask_worker_.wait();  // before anything returns: the job refers to this frame
+    mask_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    mask_seconds_ += mask_seconds;
+  }
+  if (!failure.empty()) {
+    if (hook_) hook_->fatal(str_cat("model step failed: ", failure));
+    for (const ScheduledChunk& c : sch.chunks) finish(c.seq, FinishReason::Error, str_cat("model step failed: ", failure));
     return true;
   }
   ++steps_;
-  const size_t vocab = size_t(info_.vocab_size);
   size_t row = 0;
-  for (const ScheduledChunk& c : sch.chunks) {
+  for (size_t k = 0; k < sch.chunks.size(); ++k) {
+    const ScheduledChunk& c = sch.chunks[k];
     Sequence* s = c.seq;
     s->num_computed += c.n_tokens;
     if (!c.sample) continue;
     DIL_CHECK((row + 1) * vocab <= logits.size(), "model returned ", logits.size(), " logits for row ", row);
     std::span<const float> lrow(logits.data() + row * vocab, vocab);
     ++row;
+    if (s->constraint && !finish_mask(s, masks[k])) continue;
     std::span<const int32_t> all(s->tokens);
     SampleResult r = sample_token(lrow, s->sampling, all.first(s->prompt_len), all.subspan(s->prompt_len), s->seed,
-                                  s->len(), opts_.logprobs_mode);
+                                  s->len(), opts_.logprobs_mode, masks[k]);
+    const auto& stops = s->stop.stop_token_ids;
+    const bool ends = (!s->stop.ignore_eos && r.token == info_.eos_token_id) ||
+                      std::find(stops.begin(), stops.end(), r.token) != stops.end();
+    if (s->constraint && !ends) s->constraint->advance(r.token);
     commit(s, r);
   }
   return true;
+}
+
+bool EngineImpl::finish_mask(Sequence* s, std::vector<uint64_t>& mask) {
+  const int32_t vocab = info_.vocab_size;
+  auto allow = [&](int32_t t) {
+    if (t >= 0 && t < vocab) mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+  };
+  auto forbid = [&](int32_t t) {
+    if (t >= 0 && t < vocab) mask[size_t(t) / 64] &= ~(uint64_t(1) << (t % 64));
+  };
+  // Tokens that end the request end it exactly when the output is complete.
+  const bool complete = s->constraint->accepting();
+  if (!s->stop.ignore_eos) complete ? allow(info_.eos_token_id) : forbid(info_.eos_token_id);
+  for (int32_t t : s->stop.stop_token_ids) complete ? allow(t) : forbid(t);
+  if (std::any_of(mask.begin(), mask.end(), [](uint64_t w) { return w != 0; })) return true;
+  // Nothing may follow: a complete output ends as if stopped; otherwise the grammar is stuck.
+  if (complete) finish(s, FinishReason::Stop);
+  else finish(s, FinishReason::Error, "structured output: no token of the vocabulary can continue the required format");
+  return false;
 }
 
 void EngineImpl::publish_stats() {
@@ -334,6 +397,8 @@ void EngineImpl::publish_stats() {
   st.kv_slots_used = kv_->total_slots() - kv_->free_slots();
   st.kv_bytes_total = int64_t(kv_->total_bytes());
   st.kv_bytes_used = int64_t(kv_->used_bytes());
+  st.mask_seconds_total = mask_seconds_;
+  st.mask_wait_seconds_total = mask_wait_seconds_;
   std::lock_guard<std::mutex> lk(stats_mu_);
   stats_ = st;
 }

@@ -1,0 +1,158 @@
+// Structured output in the engine (GenRequest::constraint) with the fake model: masks reach
+// the sampler, EOS only when complete, stuck grammars finish, the budget is passed down, the
+// masks are computed off the engine thread, and nothing leaks into unconstrained requests.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "engine_harness.h"
+#include "fake_model.h"
+#include "runtime/engine_internal.h"
+
+namespace dil::testing {
+namespace {
+
+constexpr int kVocab = 64;
+
+// Tokens must alternate: an even id, then an odd id >= 3, ... `length` of them; then the output
+// is complete and nothing more may follow. Records what the engine asked.
+class Alternating final : public TokenConstraint {
+ public:
+  explicit Alternating(int length, bool stuck_at_end = false) : length_(length), stuck_(stuck_at_end) {}
+  void fill_mask(std::span<uint64_t> mask, int remaining) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    threads_.insert(std::this_thread::get_id());
+    remaining_.push_back(remaining);
+    EXPECT_EQ(mask.size(), size_t((kVocab + 63) / 64));
+    for (uint64_t w : mask) EXPECT_EQ(w, 0u);  // zeroed
+    if (int(seen_.size()) >= length_) return;
+    for (int t = (seen_.size() % 2 ? 3 : 2); t < kVocab; t += 2) mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+  }
+  void advance(int32_t token) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    seen_.push_back(token);
+  }
+  bool accepting() const override { return !stuck_ && int(seen_.size()) >= length_; }
+
+  std::mutex mu_;
+  std::set<std::thread::id> threads_;
+  std::vector<int> remaining_;
+  std::vector<int32_t> seen_;
+
+ private:
+  int length_;
+  bool stuck_;
+};
+
+EngineOptions options() {
+  EngineOptions o;
+  o.max_num_seqs = 16;
+  o.max_num_batched_tokens = 256;
+  o.max_model_len = 512;
+  o.kv_blocks = 200;
+  o.block_tokens = 128;
+  o.seed = 4242;
+  return o;
+}
+
+std::unique_ptr<Engine> engine(EngineOptions o = options()) {
+  return runtime::make_engine_with_model(o, std::make_unique<FakeModel>(kVocab));
+}
+
+GenRequest request(const std::string& id, std::shared_ptr<TokenConstraint> c, int max_tokens, float temperature) {
+  GenRequest r;
+  r.id = id;
+  r.prompt = {5, 9, 17, 33};
+  r.stop.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = 7;
+  r.sampling.logit_bias = {{1, 30.0f}};  // the model would love to stop at once
+  r.constraint = std::move(c);
+  return r;
+}
+
+void expect_alternating(const std::vector<int32_t>& tokens) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    EXPECT_EQ(tokens[i] % 2, int(i % 2)) << "token " << i;
+    EXPECT_GE(tokens[i], 2);
+  }
+}
+
+TEST(EngineConstraint, MaskedTokensAreNeverSampledAndEosWaitsForCompletion) {
+  auto e = engine();
+  for (float temp : {0.0f, 1.0f}) {
+    auto c = std::make_shared<Alternating>(7);
+    Result r = drain(*e->submit(request("a", c, 20, temp)));
+    ASSERT_EQ(r.tokens.size(), 7u) << r;
+    expect_alternating(r.tokens);
+    EXPECT_EQ(r.finish, FinishReason::Stop);
+    EXPECT_EQ(r.stop_token, 1);  // EOS, as soon as the output is complete
+    EXPECT_EQ(c->seen_, r.tokens);
+    // remaining = max_tokens - generated - 1 at each step.
+    ASSERT_EQ(c->remaining_.size(), 8u);
+    for (size_t i = 0; i < c->remaining_.size(); ++i) EXPECT_EQ(c->remaining_[i], 20 - int(i) - 1);
+    // Masks are computed on the mask worker, not on the engine thread that samples.
+    EXPECT_EQ(c->threads_.size(), 1u);
+    EXPECT_NE(*c->threads_.begin(), std::this_thread::get_id());
+  }
+  EXPECT_GT(e->stats().mask_seconds_total, 0.0);
+}
+
+TEST(EngineConstraint, CompleteWithoutEosOrStuckGrammarsFinish) {
+  auto e = engine();
+  GenRequest r = request("b", std::make_shared<Alternating>(3), 20, 0.0f);
+  r.stop.ignore_eos = true;  // complete, and EOS may not end it: nothing is allowed -> Stop
+  Result done = drain(*e->submit(r));
+  EXPECT_EQ(done.tokens.size(), 3u);
+  EXPECT_EQ(done.finish, FinishReason::Stop);
+  EXPECT_EQ(done.stop_token, -1);
+  // Not complete and nothing allowed: an error naming structured output.
+  Result stuck = drain(*e->submit(request("c", std::make_shared<Alternating>(2, true), 20, 0.0f)));
+  EXPECT_EQ(stuck.tokens.size(), 2u);
+  EXPECT_EQ(stuck.finish, FinishReason::Error);
+  EXPECT_NE(stuck.error.find("structured output"), std::string::npos) << stuck.error;
+  // A stop token ends the request exactly when the output is complete, even where the
+  // constraint's mask would allow it (60 is even) and the bias wants it.
+  GenRequest s = request("d", std::make_shared<Alternating>(2), 20, 0.0f);
+  s.sampling.logit_bias = {{60, 50.0f}};
+  s.stop.ignore_eos = true;
+  s.stop.stop_token_ids = {60};
+  Result st = drain(*e->submit(s));
+  ASSERT_EQ(st.tokens.size(), 2u) << st;
+  EXPECT_NE(st.tokens[0], 60);
+  EXPECT_EQ(st.finish, FinishReason::Stop);
+  EXPECT_EQ(st.stop_token, 60);
+}
+
+TEST(EngineConstraint, UnconstrainedRequestsAreUnchangedAndPreemptionKeepsTheState) {
+  auto reqs = mixed_requests(kVocab);
+  auto ref = run_together(*engine(), reqs);
+  // The same mix with every third request constrained, under KV pressure (preemption by
+  // recomputation must not advance a constraint again).
+  std::vector<std::shared_ptr<Alternating>> cons;
+  for (size_t i = 0; i < reqs.size(); i += 3) {
+    cons.push_back(std::make_shared<Alternating>(100));
+    reqs[i].constraint = cons.back();
+    reqs[i].stop.ignore_eos = true;
+  }
+  EngineOptions o = options();
+  o.kv_blocks = 5;
+  auto e = engine(o);
+  auto got = run_together(*e, reqs);
+  size_t k = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (i % 3 == 0) {
+      expect_alternating(got[i].tokens);
+      EXPECT_EQ(cons[k++]->seen_, got[i].tokens) << "request " << i;
+      EXPECT_EQ(got[i].finish, FinishReason::Length);
+    } else {
+      EXPECT_EQ(ref[i], got[i]) << "request " << i;
+    }
+  }
+  EXPECT_GE(e->stats().preemptions, 1);
+}
+
+}  // namespace
+}  // namespace dil::testing
