@@ -32,6 +32,9 @@ struct GrammarOptions {
   // Bounded so that a model cannot spend its budget on whitespace (xgrammar's
   // max_whitespace_cnt; vLLM's disable_any_whitespace is 0).
   int max_whitespace = 2;
+  // JSON Schema: false -> additionalProperties true/schema adds no keys beyond the declared
+  // ones (vLLM's disable_additional_properties; a subset, so still valid).
+  bool additional_properties = true;
   // Nesting of rule calls at run time: recursive $ref and free JSON values end at this depth.
   int max_depth = 24;
   // Automaton size limits (a schema or regex beyond them is refused, not truncated).

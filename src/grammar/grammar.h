@@ -61,8 +61,9 @@ class Matcher {
   // vocab().words() words. Never sets end-of-sequence tokens (their text is not output; the
   // caller allows them when accepting()). `remaining`: how many tokens may still follow this
   // one (< 0: no limit). With a limit, the mask keeps the output completable in time: a token
-  // is allowed only if the fewest bytes left after it fit in max(remaining, distance() - 1)
-  // (every byte is a token of a byte-level BPE, so a byte count bounds the token count).
+  // is allowed only if the fewest bytes left after it fit in `remaining` (every byte is a
+  // token of a byte-level BPE, so a byte count bounds the token count); when even that cannot
+  // hold (distance() - 1 > remaining), only the tokens that leave the fewest bytes.
   void fill_mask(std::span<uint64_t> mask, int64_t remaining);
 
   const CompiledGrammar& grammar() const { return *g_; }

@@ -274,7 +274,7 @@ Builder::Id JsonSchemaCompiler::object(const Json& s, const std::string& path) {
     keys.push_back(r);
   }
   Builder::Id extra = -1;
-  if (extra_schema)
+  if (extra_schema && o_.additional_properties)
     extra = b_.seq({key_not_in(keys), colon, value(*extra_schema, path + "/additionalProperties")});
   const Builder::Id sep = b_.seq({ws(), b_.byte(','), ws()});
   return b_.seq({b_.byte('{'), ws(), b_.members(items, sep, extra, -1), ws(), b_.byte('}')});

@@ -153,3 +153,20 @@ void walk_with_limit(const Automaton& a, const Vocabulary& v, std::span<const in
 }
 
 }  // namespace dil::grammar
+
+namespace dil::grammar {
+
+void walk_distances(const Automaton& a, const Vocabulary& v, std::span<const int32_t> stack,
+                    const std::function<void(int32_t, int64_t)>& on) {
+  TrieWalker(a, v, stack).run([&](int32_t i, bool alive, bool done, auto dist) {
+    if (!alive && !done) return false;
+    std::span<const int32_t> ids = v.ids_at(i);
+    if (!ids.empty()) {
+      const int64_t d = done ? 0 : dist();
+      for (int32_t id : ids) on(id, d);
+    }
+    return true;
+  });
+}
+
+}  // namespace dil::grammar

@@ -12,6 +12,7 @@
 // vocabulary size. Built lazily, once per node, shared by every request of the grammar.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -44,6 +45,9 @@ NodeMask build_node_mask(const Automaton& a, const Vocabulary& v, int32_t node);
 // depend on the stack).
 void walk_with_limit(const Automaton& a, const Vocabulary& v, std::span<const int32_t> stack, int64_t limit,
                      std::span<uint64_t> mask);
+// Every token the stack accepts with the fewest bytes left after it: on(id, distance).
+void walk_distances(const Automaton& a, const Vocabulary& v, std::span<const int32_t> stack,
+                    const std::function<void(int32_t, int64_t)>& on);
 
 inline void set_bit(std::span<uint64_t> m, int32_t id) { m[size_t(id) / 64] |= uint64_t(1) << (id % 64); }
 inline bool test_bit(std::span<const uint64_t> m, int32_t id) { return (m[size_t(id) / 64] >> (id % 64)) & 1; }

@@ -92,8 +92,23 @@ void Matcher::fill_mask(std::span<uint64_t> mask, int64_t remaining) {
   std::fill(mask.begin(), mask.end(), 0);
   if (stacks_.empty()) return;
   const int64_t unlimited = Automaton::kInf;
-  // The next byte of a shortest completion is always a token, so distance() - 1 can be met.
-  const int64_t limit = remaining < 0 ? unlimited : std::max<int64_t>(remaining, distance() - 1);
+  if (remaining >= 0 && remaining < distance() - 1) {
+    // Over budget (the bytes left exceed the tokens left; a token may hold several bytes):
+    // only the tokens that bring the end closest.
+    std::vector<std::pair<int32_t, int64_t>> cand;
+    int64_t best = unlimited;
+    for (int32_t i = 0; i < stacks_.size(); ++i)
+      walk_distances(g_->automaton(), g_->vocab(), stacks_[i], [&](int32_t id, int64_t d) {
+        cand.push_back({id, d});
+        best = std::min(best, d);
+      });
+    for (auto [id, d] : cand)
+      if (d <= best) set_bit(mask, id);
+    return;
+  }
+  // Within budget: a token may leave at most `remaining` bytes. The next byte of a shortest
+  // completion is always a token, so the budget stays met once it is.
+  const int64_t limit = remaining < 0 ? unlimited : remaining;
   fill(mask, limit);
   if (limit < unlimited && std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; }))
     fill(mask, unlimited);  // a shortest path beyond max_depth: rather any token than none

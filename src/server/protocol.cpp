@@ -288,7 +288,7 @@ Json normalize_messages(const Json& messages) {
   return out;
 }
 
-void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions* o, bool allow_response_format) {
+void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions* o) {
   bool thinking = d.thinking;
   Json effort;
   if (const Json* v = field(j, "thinking")) read_thinking_value(*v, "thinking", &thinking);
@@ -311,13 +311,9 @@ void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions
     if (!v->is_object()) bad("response_format", "'response_format' must be an object");
     std::string type;
     read_string(*v, "type", &type);
-    if (allow_response_format && type != "text") o->response_format = *v;
-    else if (type != "text")
-      throw ApiError(400,
-                     "response_format '" + type +
-                         "' is not supported yet: this server has no structured (constrained) "
-                         "output; send {\"type\": \"text\"} or leave it out",
-                     "response_format", "unsupported_response_format");
+    // The official encoders write the format into the system prompt; generation also enforces
+    // it (parse_output_format, structured.h).
+    if (type != "text") o->response_format = *v;
   }
   if (const Json* v = field(j, "tools")) {
     if (!v->is_array()) bad("tools", "'tools' must be an array");
@@ -345,6 +341,8 @@ ChatRequest parse_chat_request(const Json& j, const ServerDefaults& d, int64_t v
   if (!j.contains("messages")) bad("messages", "'messages' is required");
   r.messages = normalize_messages(j["messages"]);
   parse_chat_options(j, d, &r.chat);
+  r.format = parse_output_format(j);
+  read_bool(j, "parallel_tool_calls", &r.parallel_tool_calls);
   if (const Json* v = field(j, "tool_choice")) {
     if (v->is_string()) {
       r.tool_choice = v->get<std::string>();
@@ -367,7 +365,10 @@ ChatRequest parse_chat_request(const Json& j, const ServerDefaults& d, int64_t v
     if (only.empty()) bad("tool_choice", "tool_choice names '" + r.tool_choice_name + "', which is not in 'tools'");
     r.chat.tools = only;
   }
-  if (r.tool_choice == "none") r.chat.tools = Json();  // nothing to call: do not offer tools
+  if (r.tool_choice == "none") {
+    r.tools_withheld = !r.chat.tools.is_null();
+    r.chat.tools = Json();  // nothing to call: do not offer tools
+  }
   read_bool(j, "logprobs", &r.logprobs);
   int64_t top = -1;
   read_int(j, "top_logprobs", 0, 20, &top);
@@ -407,6 +408,7 @@ CompletionRequest parse_completion_request(const Json& j, int64_t vocab) {
     bad("prompt", "'prompt' must be a non-empty string, an array of strings, token ids or arrays of token ids");
   }
   read_bool(j, "echo", &r.echo);
+  r.format = parse_output_format(j);
   int64_t lp = -1;
   read_int(j, "logprobs", 0, 20, &lp);
   r.gen.sampling.logprobs = int(lp);

@@ -152,6 +152,11 @@ void stream_response(httplib::Response& res, std::shared_ptr<StreamState> st, co
 
 }  // namespace
 
+void Server::Core::constrain(const StructuredSpec& s, std::vector<ChoiceSpec>* specs) {
+  std::shared_ptr<const grammar::CompiledGrammar> g = grammars.get(s);
+  for (ChoiceSpec& c : *specs) c.request.constraint = make_constraint(g);  // a matcher per choice
+}
+
 void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
   const Json body = parse_body(req.body);
   ChatRequest cr = parse_chat_request(body, opts.defaults, vocab);
@@ -179,9 +184,20 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
   cfg.parse_tools = !cr.chat.tools.is_null();
   cfg.skip_special = cr.gen.skip_special_tokens;
   cfg.stop_strings = cr.gen.stop_strings;
-  admit(cr.gen.n);
+  StructuredSpec ss;
+  ss.format = cr.format;
+  ss.chat = true;
+  ss.thinking = cfg.thinking;
+  ss.prompt_format = format;
+  ss.tool_choice = cr.tool_choice;
+  ss.tool_name = cr.tool_choice_name;
+  ss.tools = cr.chat.tools;
+  ss.parallel_tool_calls = cr.parallel_tool_calls;
+  ss.has_tools_for_none = cr.tools_withheld;
   std::vector<ChoiceSpec> specs;
   add_choices(&specs, base, cfg, cr.gen.n, 0);
+  constrain(ss, &specs);  // before admit: a schema that cannot compile is the client's 400
+  admit(cr.gen.n);
   auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "chatcmpl-" + random_hex(24), std::move(specs));
   ResponseMeta meta{gen->id(), gen->created(), opts.model_name};
   const int top = cr.logprobs ? cr.gen.sampling.logprobs : -1;
@@ -251,6 +267,9 @@ void Server::Core::completions(const httplib::Request& req, httplib::Response& r
     for (int i = 0; i < cr.gen.n; ++i)
       echo.push_back(cr.echo ? (pr.is_text ? pr.text : tok.decode(pr.ids)) : std::string());
   }
+  StructuredSpec ss;
+  ss.format = cr.format;
+  constrain(ss, &specs);
   admit(int(specs.size()));
   const size_t n_choices = specs.size();
   auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "cmpl-" + random_hex(24), std::move(specs));

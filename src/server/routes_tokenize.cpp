@@ -15,7 +15,7 @@ void Server::Core::tokenize(const httplib::Request& req, httplib::Response& res)
       throw ApiError(400, "send either 'prompt' or 'messages', not both", "prompt");
     const Json messages = normalize_messages(body["messages"]);
     tok::ChatOptions o;
-    parse_chat_options(body, opts.defaults, &o, /*allow_response_format=*/true);
+    parse_chat_options(body, opts.defaults, &o);
     try {
       prompt = tok::render_chat(format, messages, o);
     } catch (const dil::Error& e) {

@@ -59,7 +59,9 @@ void send_error(httplib::Response& res, const ApiError& e) {
 }
 
 Server::Core::Core(Engine& e, const tok::Tokenizer& t, tok::PromptFormat f, ServerOptions o)
-    : engine(e), tok(t), format(f), opts(std::move(o)), metrics(opts.model_name) {
+    : engine(e), tok(t), format(f), opts(std::move(o)), metrics(opts.model_name),
+      // Masks cover the model's logits row: as many ids as the engine has.
+      grammars(t, e.info().vocab_size > 0 ? e.info().vocab_size : t.vocab_size()) {
   vocab = t.vocab_size();
   if (e.info().vocab_size > 0) vocab = std::min<int64_t>(vocab, e.info().vocab_size);
 }

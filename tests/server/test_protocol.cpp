@@ -43,7 +43,9 @@ TEST(Protocol, WrongTypesNameTheField) {
       {R"("logit_bias":{"5000":1})", "logit_bias"}, {R"("stop_token_ids":[-1])", "stop_token_ids"},
       {R"("top_logprobs":3)", "top_logprobs"},     {R"("tools":{})", "tools"},
       {R"("tool_choice":"required")", "tool_choice"}, {R"("model":7)", "model"},
-      {R"("response_format":{"type":"json_object"})", "response_format"},
+      {R"("response_format":{"type":"yaml"})", "response_format.type"},
+      {R"("response_format":{"type":"json_schema","json_schema":{"schema":7}})", "response_format.json_schema.schema"},
+      {R"("guided_regex":5)", "guided_regex"},
       {R"("chat_template_kwargs":{"thinking":"maybe"})", "chat_template_kwargs.thinking"},
       {R"("reasoning_effort":[1])", "reasoning_effort"},
   };
