@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "alternating_constraint.h"
 #include "engine_harness.h"
 #include "fake_model.h"
 #include "runtime/engine_internal.h"
@@ -15,36 +16,7 @@ namespace dil::testing {
 namespace {
 
 constexpr int kVocab = 64;
-
-// Tokens must alternate: an even id, then an odd id >= 3, ... `length` of them; then the output
-// is complete and nothing more may follow. Records what the engine asked.
-class Alternating final : public TokenConstraint {
- public:
-  explicit Alternating(int length, bool stuck_at_end = false) : length_(length), stuck_(stuck_at_end) {}
-  void fill_mask(std::span<uint64_t> mask, int remaining) override {
-    std::lock_guard<std::mutex> lk(mu_);
-    threads_.insert(std::this_thread::get_id());
-    remaining_.push_back(remaining);
-    EXPECT_EQ(mask.size(), size_t((kVocab + 63) / 64));
-    for (uint64_t w : mask) EXPECT_EQ(w, 0u);  // zeroed
-    if (int(seen_.size()) >= length_) return;
-    for (int t = (seen_.size() % 2 ? 3 : 2); t < kVocab; t += 2) mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
-  }
-  void advance(int32_t token) override {
-    std::lock_guard<std::mutex> lk(mu_);
-    seen_.push_back(token);
-  }
-  bool accepting() const override { return !stuck_ && int(seen_.size()) >= length_; }
-
-  std::mutex mu_;
-  std::set<std::thread::id> threads_;
-  std::vector<int> remaining_;
-  std::vector<int32_t> seen_;
-
- private:
-  int length_;
-  bool stuck_;
-};
+using Alternating = AlternatingConstraint<kVocab>;
 
 EngineOptions options() {
   EngineOptions o;
@@ -71,13 +43,6 @@ GenRequest request(const std::string& id, std::shared_ptr<TokenConstraint> c, in
   r.sampling.logit_bias = {{1, 30.0f}};  // the model would love to stop at once
   r.constraint = std::move(c);
   return r;
-}
-
-void expect_alternating(const std::vector<int32_t>& tokens) {
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    EXPECT_EQ(tokens[i] % 2, int(i % 2)) << "token " << i;
-    EXPECT_GE(tokens[i], 2);
-  }
 }
 
 TEST(EngineConstraint, MaskedTokensAreNeverSampledAndEosWaitsForCompletion) {
