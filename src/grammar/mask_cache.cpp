@@ -24,14 +24,25 @@ class TrieWalker {
 
   template <typename Visit>
   void run(Visit&& visit) {
-    for (int32_t i = 0; i < v_.n_nodes();) {
-      const int32_t d = v_.depth(i);
+    const int32_t n = v_.n_nodes();
+    for (int32_t i = 0; i < n;) {
+      const Vocabulary::Node& node = v_.node(i);
+      const int32_t d = node.depth;
       Level& cur = levels_[size_t(d)];
-      const bool ended = step(levels_[size_t(d - 1)], v_.byte(i), cur);
+      const Level& from = levels_[size_t(d - 1)];
+      bool ended = false;
+      // The fast path inline: one lookup, the top stays simple.
+      const int32_t t = from.top >= 0 ? a_.next(from.top, node.byte) : -1;
+      if (t >= 0 && a_.simple(t)) {
+        cur.top = t;
+        if (!cur.set.empty()) cur.set.clear();
+      } else {
+        ended = step(from, node.byte, cur);
+      }
       const bool alive = cur.top >= 0 || !cur.set.empty();
       auto dist = [&] { return cur.top >= 0 ? prefix_dist_ + a_.dist[size_t(cur.top)] : st_.distance(cur.set); };
       if (!visit(i, alive, ended, dist)) {
-        i = v_.subtree_end(i);
+        i = node.end;
         continue;
       }
       ++i;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/check.h"
+
 namespace dil::grammar {
 
 Vocabulary::Vocabulary(std::vector<std::string> token_bytes) : bytes_(std::move(token_bytes)) {
@@ -23,7 +25,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes) : bytes_(std::move(
   const std::string* prev = nullptr;
   auto close_to = [&](size_t keep) {
     while (path.size() > keep) {
-      end_[size_t(path.back())] = int32_t(byte_.size());
+      nodes_[size_t(path.back())].end = int32_t(nodes_.size());
       path.pop_back();
     }
   };
@@ -35,12 +37,10 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes) : bytes_(std::move(
       common = std::min(common, path.size());
     }
     close_to(common);
+    if (s.size() > UINT16_MAX) DIL_FAIL("vocabulary: a token of ", s.size(), " bytes");
     for (size_t k = path.size(); k < s.size(); ++k) {
-      byte_.push_back(uint8_t(s[k]));
-      depth_.push_back(int32_t(k + 1));
-      end_.push_back(-1);
-      ids_begin_.push_back(int32_t(ids_.size()));
-      path.push_back(int32_t(byte_.size() - 1));
+      nodes_.push_back({-1, int32_t(ids_.size()), uint16_t(k + 1), uint8_t(s[k])});
+      path.push_back(int32_t(nodes_.size() - 1));
     }
     // The node of `s` is the last on the path; its ids are the ones pushed since it was made
     // (equal strings are adjacent, and longer strings add nodes after it).
@@ -49,7 +49,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes) : bytes_(std::move(
     prev = &s;
   }
   close_to(0);
-  ids_begin_.push_back(int32_t(ids_.size()));
+  nodes_.push_back({int32_t(nodes_.size()) + 1, int32_t(ids_.size()), 0, 0});  // sentinel
 }
 
 }  // namespace dil::grammar

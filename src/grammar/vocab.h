@@ -24,12 +24,20 @@ class Vocabulary {
 
   // Trie nodes in preorder (the root is implicit). Node i: its last byte, its depth (bytes
   // from the root), the node after its subtree, the ids whose bytes end here.
-  int32_t n_nodes() const { return int32_t(byte_.size()); }
-  uint8_t byte(int32_t i) const { return byte_[size_t(i)]; }
-  int32_t depth(int32_t i) const { return depth_[size_t(i)]; }
-  int32_t subtree_end(int32_t i) const { return end_[size_t(i)]; }
+  struct Node {  // one record per node: a walk reads them in order
+    int32_t end;        // the node after its subtree
+    int32_t ids_begin;  // into ids_; the node's ids end where the next node's begin
+    uint16_t depth;
+    uint8_t byte;
+  };
+  int32_t n_nodes() const { return int32_t(nodes_.size()) - 1; }
+  const Node& node(int32_t i) const { return nodes_[size_t(i)]; }
+  uint8_t byte(int32_t i) const { return nodes_[size_t(i)].byte; }
+  int32_t depth(int32_t i) const { return nodes_[size_t(i)].depth; }
+  int32_t subtree_end(int32_t i) const { return nodes_[size_t(i)].end; }
   std::span<const int32_t> ids_at(int32_t i) const {
-    return {ids_.data() + ids_begin_[size_t(i)], size_t(ids_begin_[size_t(i) + 1] - ids_begin_[size_t(i)])};
+    const int32_t b = nodes_[size_t(i)].ids_begin;
+    return {ids_.data() + b, size_t(nodes_[size_t(i) + 1].ids_begin - b)};
   }
   int32_t max_depth() const { return max_depth_; }
 
@@ -37,8 +45,8 @@ class Vocabulary {
   std::vector<std::string> bytes_;
   std::vector<uint64_t> all_;
   int32_t n_usable_ = 0;
-  std::vector<uint8_t> byte_;
-  std::vector<int32_t> depth_, end_, ids_begin_, ids_;
+  std::vector<Node> nodes_;  // [n_nodes + 1]: a sentinel closes the last node's ids
+  std::vector<int32_t> ids_;
   int32_t max_depth_ = 0;
 };
 
