@@ -400,7 +400,11 @@ Builder::Id JsonSchemaCompiler::number(const Json& s, const std::string& path, b
     if (xmn) lo = std::max(lo.value_or(INT64_MIN), clamp(std::floor(*xmn) + 1));
     if (mx) hi = clamp(std::floor(*mx));
     if (xmx) hi = std::min(hi.value_or(INT64_MAX), clamp(std::ceil(*xmx) - 1));
-    return integer_expr(b_, lo, hi);
+    try {
+      return integer_expr(b_, lo, hi);
+    } catch (const GrammarError& e) {
+      throw GrammarError(e.what(), e.keyword, path);
+    }
   }
   std::optional<DecimalBound> lo, hi;
   if (mn) lo = DecimalBound{plain_decimal(*mn), false};

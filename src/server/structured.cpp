@@ -111,6 +111,9 @@ class Composer {
         throw GrammarError("tool parameters must be a JSON Schema of type object", "type", "");
       for (const char* k : {"anyOf", "oneOf", "allOf", "$ref", "enum", "const"})
         if (params.contains(k)) throw GrammarError(str_cat("'", k, "' at the top of tool parameters is not supported"), k, "");
+      // The whole schema through the compiler once (the expression is not used): every keyword
+      // it does not support is refused here too, not only those of the parameters below.
+      (void)raw.value(params, "", grammar::ValueForm::Json);
       std::set<std::string> required;
       if (params.contains("required") && params["required"].is_array())
         for (const auto& r : params["required"])

@@ -124,7 +124,9 @@ const char* kTools = R"([
      "required":["labels"]}}}])";
 
 void check_call(const tok::ToolCall& c, const std::string& only) {
-  if (!only.empty()) EXPECT_EQ(c.name, only);
+  if (!only.empty()) {
+    EXPECT_EQ(c.name, only);
+  }
   const Json args = Json::parse(c.arguments_json);  // throws on invalid JSON
   ASSERT_TRUE(args.is_object()) << c.arguments_json;
   if (c.name == "get_weather") {
@@ -132,8 +134,12 @@ void check_call(const tok::ToolCall& c, const std::string& only) {
     EXPECT_LE(args["city"].get<std::string>().size(), 12u * 4);
     ASSERT_TRUE(args.contains("unit")) << c.arguments_json;
     EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f");
-    if (args.contains("days")) EXPECT_TRUE(args["days"].is_number_integer() && args["days"] >= 1 && args["days"] <= 7);
-    if (args.contains("when")) EXPECT_TRUE(args["when"].is_null() || args["when"].is_string());
+    if (args.contains("days")) {
+      EXPECT_TRUE(args["days"].is_number_integer() && args["days"] >= 1 && args["days"] <= 7);
+    }
+    if (args.contains("when")) {
+      EXPECT_TRUE(args["when"].is_null() || args["when"].is_string());
+    }
     for (auto it = args.begin(); it != args.end(); ++it)
       EXPECT_TRUE(it.key() == "city" || it.key() == "days" || it.key() == "unit" || it.key() == "when") << it.key();
   } else if (c.name == "noop") {
@@ -142,7 +148,9 @@ void check_call(const tok::ToolCall& c, const std::string& only) {
     ASSERT_EQ(c.name, "tag");
     ASSERT_TRUE(args.contains("labels") && args["labels"].is_array()) << c.arguments_json;
     EXPECT_LE(args["labels"].size(), 2u);
-    if (args.contains("meta")) EXPECT_TRUE(args["meta"].is_object());
+    if (args.contains("meta")) {
+      EXPECT_TRUE(args["meta"].is_object());
+    }
   }
 }
 
@@ -169,9 +177,30 @@ TEST(StructuredGrammar, ForcedToolCallsParseBackWithValidArguments) {
           ASSERT_FALSE(m.tool_calls.empty()) << text;
           EXPECT_EQ(m.content, "");
           for (const auto& c : m.tool_calls) check_call(c, s.tool_choice == "function" ? "get_weather" : "");
-          if (s.tool_choice == "function") EXPECT_EQ(m.tool_calls.size(), 1u);
+          if (s.tool_choice == "function") {
+            EXPECT_EQ(m.tool_calls.size(), 1u);
+          }
         }
       }
+    }
+  }
+}
+
+TEST(StructuredGrammar, ToolSchemasWithUnsupportedKeywordsAre400) {
+  GrammarCache cache(tiny_tokenizer(), 1024);
+  StructuredSpec s;
+  s.chat = true;
+  s.tool_choice = "required";
+  for (const char* params : {R"({"type":"object","minProperties":1,"properties":{"a":{"type":"string"}}})",
+                             R"({"type":"object","properties":{"a":{"type":"string","not":{}}}})",
+                             R"({"type":"array","items":{}})"}) {
+    s.tools = Json::array({Json{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", Json::parse(params)}}}}});
+    try {
+      cache.get(s);
+      ADD_FAILURE() << params << " compiled";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(e.param, "tools[0].function.parameters") << e.message;
     }
   }
 }
