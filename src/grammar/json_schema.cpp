@@ -96,8 +96,8 @@ int64_t read_count(const Json& s, const char* key, const std::string& path, int6
 
 }  // namespace
 
-JsonSchemaCompiler::JsonSchemaCompiler(Builder& b, const Json& root, const GrammarOptions& o, CharSet raw_chars)
-    : b_(b), root_(root), o_(o), raw_chars_(std::move(raw_chars)) {}
+JsonSchemaCompiler::JsonSchemaCompiler(Builder& b, const Json& root, const GrammarOptions& o, CharSet string_chars)
+    : b_(b), root_(root), o_(o), chars_(std::move(string_chars)) {}
 
 Builder::Id JsonSchemaCompiler::ws() {
   if (o_.max_whitespace <= 0) return b_.empty();
@@ -337,7 +337,7 @@ Builder::Id JsonSchemaCompiler::array(const Json& s, const std::string& path) {
 Builder::Id JsonSchemaCompiler::string(const Json& s, const std::string& path, ValueForm form) {
   const bool raw = form == ValueForm::RawString;
   const CharMode mode = raw ? CharMode::Raw : CharMode::JsonString;
-  const CharSet allowed = raw ? raw_chars_ : CharSet::all();
+  const CharSet& allowed = chars_;
   const int64_t min = read_count(s, "minLength", path, 0);
   const int64_t max = read_count(s, "maxLength", path, -1);
   if (max >= 0 && max < min) throw GrammarError("'maxLength' is below 'minLength'", "maxLength", path);
@@ -424,7 +424,7 @@ Builder::Id JsonSchemaCompiler::literal_value(const Json& v, ValueForm form) {
     case ValueForm::RawString: {
       if (!v.is_string()) return b_.nothing();
       const std::string t = v.get<std::string>();
-      return chars_within(t, raw_chars_) ? b_.literal(t) : b_.nothing();
+      return chars_within(t, chars_) ? b_.literal(t) : b_.nothing();
     }
     case ValueForm::JsonNonString: return v.is_string() ? b_.nothing() : b_.literal(v.dump());
   }
@@ -432,8 +432,8 @@ Builder::Id JsonSchemaCompiler::literal_value(const Json& v, ValueForm form) {
 }
 
 Builder::Id JsonSchemaCompiler::any_string(ValueForm form) {
-  if (form == ValueForm::RawString) return b_.repeat(emit_chars(b_, raw_chars_, CharMode::Raw), 0, -1);
-  return b_.seq({b_.byte('"'), b_.repeat(emit_chars(b_, CharSet::all(), CharMode::JsonString), 0, -1), b_.byte('"')});
+  if (form == ValueForm::RawString) return b_.repeat(emit_chars(b_, chars_, CharMode::Raw), 0, -1);
+  return b_.seq({b_.byte('"'), b_.repeat(emit_chars(b_, chars_, CharMode::JsonString), 0, -1), b_.byte('"')});
 }
 
 int32_t JsonSchemaCompiler::any_rule(bool object) {

@@ -35,9 +35,10 @@ enum class ValueForm : uint8_t { Json, RawString, JsonNonString };
 
 class JsonSchemaCompiler {
  public:
-  // `root` ($ref pointers resolve against it) must outlive the compiler. `raw_chars`: the
-  // characters a RawString value may hold.
-  JsonSchemaCompiler(Builder& b, const Json& root, const GrammarOptions& o, CharSet raw_chars = CharSet::all());
+  // `root` ($ref pointers resolve against it) must outlive the compiler. `string_chars`: the
+  // characters a generated string may hold (raw or JSON; enum/const values outside it are
+  // left out of raw strings).
+  JsonSchemaCompiler(Builder& b, const Json& root, const GrammarOptions& o, CharSet string_chars = CharSet::all());
 
   // The value `schema` describes; `path` is its JSON pointer (for errors).
   Builder::Id value(const Json& schema, const std::string& path, ValueForm form = ValueForm::Json);
@@ -63,7 +64,7 @@ class JsonSchemaCompiler {
   Builder& b_;
   const Json& root_;
   GrammarOptions o_;
-  CharSet raw_chars_;
+  CharSet chars_;
   std::map<std::string, int32_t> ref_rules_;  // pointer -> rule
   int32_t any_object_rule_ = -1, any_array_rule_ = -1;
   int depth_ = 0;  // schema nesting while compiling

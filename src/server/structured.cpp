@@ -24,8 +24,8 @@ std::vector<std::string> markup_strings() {
   return {tok::kThinkStart, tok::kThinkEnd, tok::kDsml, tok::kEos, tok::kBos};
 }
 
-// U+FF5C (the bar of ｜DSML｜ and of every special token): never inside a raw DSML string value,
-// so that a value cannot close its parameter tag early.
+// U+FF5C (the bar of ｜DSML｜ and of every special token): never in a string of a DSML
+// parameter value (raw, or inside its JSON), so that a value cannot close its tag early.
 CharSet raw_value_chars() { return CharSet::all().minus(CharSet::of(0xFF5C, 0xFF5C)); }
 
 class Composer {

@@ -129,6 +129,8 @@ void check_call(const tok::ToolCall& c, const std::string& only) {
   }
   const Json args = Json::parse(c.arguments_json);  // throws on invalid JSON
   ASSERT_TRUE(args.is_object()) << c.arguments_json;
+  // No string of a parameter, raw or inside JSON, may hold the bar of the DSML tags.
+  EXPECT_EQ(c.arguments_json.find("\xEF\xBD\x9C"), std::string::npos) << c.arguments_json;
   if (c.name == "get_weather") {
     ASSERT_TRUE(args.contains("city") && args["city"].is_string()) << c.arguments_json;
     EXPECT_LE(args["city"].get<std::string>().size(), 12u * 4);
