@@ -93,7 +93,7 @@ class Composer {
     }
     DIL_CHECK(!invokes.empty(), "a forced tool call without a tool (checked by the protocol)");
     const Builder::Id one = b_.alt(std::move(invokes));
-    const bool several = s_.tool_choice == "required" && s_.parallel_tool_calls;
+    const bool several = s_.tool_choice != "function" && s_.parallel_tool_calls;
     return b_.seq({b_.literal("\n\n<" + d + n.block + ">\n"), one,
                    several ? b_.repeat(b_.seq({b_.byte('\n'), one}), 0, -1) : b_.empty(),
                    b_.literal("\n</" + d + n.block + ">")});
