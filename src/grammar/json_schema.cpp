@@ -240,11 +240,13 @@ Builder::Id JsonSchemaCompiler::object(const Json& s, const std::string& path) {
       required.insert(r.get<std::string>());
     }
   }
-  // additionalProperties: absent or false -> no other keys (a subset of what an absent one
-  // allows); true -> any value; a schema -> values of it.
+  // additionalProperties: false, or absent next to properties -> no other keys (a subset of
+  // what an absent one allows, as OpenAI's strict mode); true, or absent without properties
+  // (a bare {"type": "object"}) -> any value; a schema -> values of it.
   const Json* extra_schema = nullptr;
   const Json any_schema = true;
   bool extra_forbidden = false;
+  if (!s.contains("additionalProperties") && !s.contains("properties")) extra_schema = &any_schema;
   if (s.contains("additionalProperties")) {
     const Json& a = s["additionalProperties"];
     if (a.is_boolean()) {

@@ -3,8 +3,9 @@
 // The subset of the OpenAI structured-outputs documentation, plus a little:
 //  - type (one or a list): string, number, integer, boolean, null, object, array
 //  - object: properties (written in their declared order, each optional one may be left out),
-//    required, additionalProperties (false or absent: no other keys; true or a schema: extra
-//    keys of [A-Za-z0-9_-] that differ from the declared ones)
+//    required, additionalProperties (false, or absent next to properties: no other keys; true,
+//    a schema, or absent without properties: extra keys of [A-Za-z0-9_-] that differ from the
+//    declared ones)
 //  - array: items, prefixItems, minItems, maxItems
 //  - string: minLength, maxLength (<= 2000), pattern (regex.h), format (date, time,
 //    date-time, uuid, email, ipv4, ipv6, hostname)

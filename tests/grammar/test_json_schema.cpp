@@ -32,8 +32,11 @@ TEST(JsonSchema, AdditionalPropertiesNeverRepeatADeclaredKey) {
   expect_docs(R"({"type":"object","properties":{"ab":{"type":"null"}},"additionalProperties":{"type":"integer"}})",
               {R"({})", R"({"ab":null})", R"({"ab":null,"a":1,"abc":2})", R"({"x_y-1":3})"},
               {R"({"ab":1})", R"({"ab":null,"ab":3})", R"({"a":null})", R"({"a b":1})"});
-  // Absent additionalProperties: no keys beyond the declared ones (a subset of what it allows).
+  // Absent additionalProperties: no keys beyond the declared ones (a subset of what it allows);
+  // without properties either, any object.
   expect_docs(R"({"properties":{"k":{"const":1}}})", {R"({"k":1})", R"({})"}, {R"({"k":1,"z":2})"});
+  expect_docs(R"({"type":"object"})", {R"({})", R"({"k":1,"z":[true]})"}, {"[]", R"({"k":})"});
+  expect_docs(R"({"type":"object","required":["id"]})", {R"({"id":"x"})", R"({"id":1,"n":null})"}, {R"({})"});
 }
 
 TEST(JsonSchema, ArraysCountedAndTuples) {
