@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "dil/load_progress.h"
+
 namespace dil {
 
 // Sampling follows vLLM v1 (docs: vllm.v1.sample.sampler): logit bias, then penalties
@@ -25,6 +27,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
   std::map<int32_t, float> logit_bias;
+  std::vector<int32_t> allowed_token_ids;  // non-empty: every other token is masked (vLLM)
   std::optional<uint64_t> seed;  // seeded: draws keyed by (seed, position), batch-independent
   int logprobs = -1;             // -1: none; 0: chosen token only; N: plus top-N (N <= max_logprobs)
 };
@@ -36,6 +39,8 @@ enum class LogprobsMode { Raw, Processed };
 
 struct StopParams {
   int max_tokens = 16;                  // >= 1; prompt + max_tokens <= max_model_len
+  int min_tokens = 0;                   // EOS and stop_token_ids are masked until this many
+                                        // tokens are generated (vLLM's min_tokens)
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
 };
@@ -63,9 +68,10 @@ struct GenRequest {
   SamplingParams sampling;
   StopParams stop;
   // Structured output (null: unconstrained). Masked tokens get -inf logits before the
-  // sampler's bias, penalties and filters; raw logprobs still describe the model's logits. A
-  // request whose constraint allows no token finishes: Stop when its output is complete,
-  // otherwise Error. Data-parallel engines run constrained requests on rank 0 (the
+  // sampler's bias, penalties and filters; raw logprobs still describe the model's logits.
+  // allowed_token_ids and the min_tokens ban narrow the mask (the ban yields where it would
+  // leave nothing). A request whose mask allows no token finishes: Stop when its output is
+  // complete, otherwise Error. Data-parallel engines run constrained requests on rank 0 (the
   // constraint lives in its process).
   std::shared_ptr<TokenConstraint> constraint;
   // Data-parallel engines (EngineInfo::dp_size > 1): the rank that must run this request
@@ -169,7 +175,7 @@ struct EngineOptions {
   std::string device = "cpu";        // cpu | cuda
   int device_index = 0;               // which GPU (cuda)
   std::string numerics = "official";  // official | reference
-  int max_num_seqs = 64;
+  int max_num_seqs = 256;             // vLLM's default; each running sequence holds a state slot
   int max_num_batched_tokens = 2048;
   int max_model_len = 4096;
   int64_t kv_blocks = 0;              // 0: derive from kv_memory_bytes
@@ -179,6 +185,7 @@ struct EngineOptions {
   uint64_t seed = 0;                  // seeds requests without a seed; 0: from std::random_device
   LogprobsMode logprobs_mode = LogprobsMode::Raw;
   int max_logprobs = 20;              // largest accepted SamplingParams::logprobs
+  LoadProgressFn on_load_progress;    // ModelOptions::on_progress of the model's load
 };
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opts);  // throws dil::Error

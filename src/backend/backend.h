@@ -3,7 +3,10 @@
 // implement it. One args struct per op family where the argument list is long.
 //
 // Conventions
-// - Activations are f32 on the backend's device, row-major, first dim = tokens of the step.
+// - Activations are f32 (reference, official numerics) or bf16 (fast numerics: the dtypes of
+//   DeepSeek's inference/model.py) on the backend's device, row-major, first dim = tokens of the
+//   step. An op documents which of its tensors may be bf16 ("f32|bf16"); it computes as on the
+//   f32 values (bf16 widens exactly) and rounds each output once to its tensor's dtype (RNE).
 // - Weights are in the checkpoint's own formats (Weight below); each op dequantizes by the
 //   official formulas (model-spec §2.1).
 // - Ops never synchronize with the host; everything data-dependent stays on the device.
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/plan.h"
 #include "core/tensor.h"
 
 namespace dil {
@@ -69,21 +73,18 @@ struct HcArgs {
 };
 
 struct AttnArgs {
-  Tensor q;          // [T, H, d] f32
-  Tensor kv_new;     // [T, d] f32: this step's window rows (already rope'd / QDQ'd)
-  Tensor ring;       // [n_slots, W, d] f32: window rows of earlier steps, slot = pos mod W
-  Tensor comp;       // [n_blocks, rows_per_block, d] f32 compressed rows (empty: none)
+  // q, kv_new, ring, comp and out share one activation dtype (f32|bf16).
+  Tensor q;          // [T, H, d]
+  Tensor kv_new;     // [T, d]: this step's window rows (already rope'd / QDQ'd)
+  Tensor ring;       // [n_slots, W, d]: window rows of earlier steps, slot = pos mod W
+  Tensor comp;       // [n_blocks, rows_per_block, d] compressed rows (empty: none)
   int comp_ratio = 0;      // rows per token ratio m of `comp` (0: no compressed branch)
   int rows_per_block = 0;
   Tensor comp_idx;   // [T, K] i32 logical compressed rows per query (-1 skip); empty = all visible
   Tensor sink;       // [H] f32
   float scale = 0;
   int window = 128;
-  Tensor out;        // [T, H, d] f32
-  // Official numerics: the backend may run the products on BF16 tensor cores with q, the rows
-  // and the probabilities split into two BF16 terms each (relative error per product
-  // <= 2^-16, f32 accumulation) instead of the exact double path.
-  bool split_bf16 = false;
+  Tensor out;        // [T, H, d]
 };
 
 struct CompressorArgs {
@@ -95,22 +96,21 @@ struct CompressorArgs {
   int ratio = 4;
   bool overlap = true;  // c = 2 (V4 ratio 4)
   int dc = 512;
-  Tensor out;        // [plan.n, dc] f32 pooled rows (before norm / rope)
+  Tensor out;        // [plan.n, dc] f32|bf16 pooled rows (before norm / rope)
 };
 
 struct IndexerArgs {
-  Tensor q;          // [T, Hi, di] f32
-  Tensor w;          // [T, Hi] f32 head weights (already scaled)
-  Tensor keys;       // [n_blocks, rows_per_block, di] f32
+  // q, w and keys: f32|bf16. With quantizing numerics (official, fast) q and keys hold
+  // FP4-QDQ'd values (e2m1 times a power of two per 32 dims), which the plan's tensor-core
+  // implementations rely on (exact in BF16).
+  Tensor q;          // [T, Hi, di]
+  Tensor w;          // [T, Hi] head weights (already scaled)
+  Tensor keys;       // [n_blocks, rows_per_block, di]
   int ratio = 4;
   int rows_per_block = 0;
   int topk = 512;
   Tensor out_idx;    // [T, topk] i32 logical rows, -1 padded; order: descending score
   bool sort_ascending = false;  // V4.1: selected rows sorted by index
-  // q and keys hold FP4-QDQ'd values (e2m1 times a power of two per 32 dims: official
-  // numerics), which lets a backend score them on BF16 tensor cores with exact products and
-  // exact per-block sums (same scores as the reference). false: arbitrary f32 values.
-  bool fp4_blocks = false;
   // V4.1 two-level selection (model-spec §4.3). Blocks are cand_block consecutive rows.
   // Candidate source: cand_out [T, cand_topk] i32 receives the top-cand_topk blocks by their
   // best row score (the block holding the newest visible row always kept), ascending, -1
@@ -137,7 +137,7 @@ struct MoeRouteArgs {
 };
 
 struct MoeExpertsArgs {
-  Tensor x;                       // [T, D] f32
+  Tensor x;                       // [T, D] f32|bf16
   const std::vector<Weight>* w1;  // per expert [I, D]
   const std::vector<Weight>* w2;  // per expert [D, I]
   const std::vector<Weight>* w3;  // per expert [I, D]
@@ -145,7 +145,11 @@ struct MoeExpertsArgs {
   Tensor route_idx;               // [T, k] i32
   int act_block = 0;              // FP8 activation-quant block (0: none)
   float swiglu_limit = 10.0f;
-  Tensor out;                     // [T, D] f32 (overwritten with the routed sum)
+  Tensor out;                     // [T, D] f32|bf16 (overwritten with the routed sum)
+  // Fast numerics: every expert GEMM output rounded to BF16 as the official fp8/fp4_gemm
+  // writes it (g = bf16(w1 x), u = bf16(w3 x), y_e = bf16(w2 h)); the weighted sum of the
+  // slots stays f32 and is rounded once to out's dtype.
+  bool round_bf16 = false;
   // Expert parallelism: w1/w2/w3[j] hold global expert expert_offset + j. Routed slots whose
   // expert is not held (another rank's expert, or -1 for a padding row) contribute 0.
   int expert_offset = 0;
@@ -153,9 +157,45 @@ struct MoeExpertsArgs {
 
 class Backend {
  public:
+  explicit Backend(BackendOptions o = {}) : opts_(std::move(o)) {}
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+
+  // The kernel plan (backend/plan.h). kernels(): this backend's registry. install_plan(): the
+  // plan a model resolved at load (load_model does it); from then on every op site must be in
+  // it. set_numerics(): no installed plan, sites resolved on first use (op-level tests).
+  // impl_for(): the one dispatch point of every op with more than one implementation.
+  virtual const std::vector<KernelImpl>& kernels() const = 0;
+  const BackendOptions& options() const { return opts_; }
+  KernelPlan make_plan(const std::vector<OpSite>& sites, Numerics n) const {
+    return resolve_plan(kernels(), plan_name(), sites, n, opts_);
+  }
+  void install_plan(KernelPlan p) {
+    plan_ = std::make_unique<KernelPlan>(std::move(p));
+    numerics_ = plan_->numerics();
+    lazy_.clear();
+  }
+  void set_numerics(Numerics n) {
+    plan_.reset();
+    numerics_ = n;
+    lazy_.clear();
+  }
+  Numerics numerics() const { return numerics_; }
+  const KernelPlan* plan() const { return plan_.get(); }
+  const KernelImpl& impl_for(const OpSite& site, int64_t rows) {
+    const std::string key = site.key();
+    if (plan_) {
+      const PlanEntry* e = plan_->find(key);
+      if (!e) DIL_FAIL(name(), ": op site not in the kernel plan: ", site.op, " (", site.describe(), ")");
+      return e->for_rows(rows);
+    }
+    auto it = lazy_.find(key);
+    if (it == lazy_.end()) it = lazy_.emplace(key, resolve_site(kernels(), site, opts_)).first;
+    return it->second.for_rows(rows);
+  }
+  // The name plans print: "cpu" | "cuda".
+  virtual std::string plan_name() const = 0;
 
   // Memory. alloc returns zero-filled memory on the backend's device.
   virtual Buffer alloc(size_t bytes) = 0;
@@ -174,9 +214,7 @@ class Backend {
   virtual void add(const Tensor& a, const Tensor& b, Tensor out) = 0;
   virtual void linear(const Tensor& x, const Weight& w, int act_block, Tensor out) = 0;  // [T,in] -> [T,out]
   // out[t, g, :] = W[g*N:(g+1)*N, :] . x[t, g, :]   (x [T, G, K], W [G*N, K], out [T, G, N])
-  // split_bf16 (official numerics): the backend may run it on BF16 tensor cores with x split
-  // into hi + lo BF16 terms (~2^-17 relative per activation) instead of the exact path.
-  virtual void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16 = false) = 0;
+  virtual void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out) = 0;
   virtual void rope(Tensor x, const Tensor& pos, const RopeTable& table, bool inverse) = 0;  // x [R, H, d], pos [R]
   virtual void fp8_qdq(Tensor x, int cols, int block) = 0;  // x [R, d]: QDQ of columns [0, cols) in blocks
   virtual void fp4_qdq(Tensor x, int block, bool e4m3_scale) = 0;  // x [R, d]
@@ -239,12 +277,20 @@ class Backend {
   virtual void* native_stream() { return nullptr; }
 
  private:
+  BackendOptions opts_;
+  Numerics numerics_ = Numerics::Reference;  // lazy mode default: the exact implementations
+  std::unique_ptr<KernelPlan> plan_;
+  std::map<std::string, PlanEntry> lazy_;
   std::vector<std::chrono::steady_clock::time_point> host_events_;
 };
 
 enum class BackendKind { CPU, CUDA };
 // The one dispatch point (the only #ifdef on CUDA outside CMake lives in its .cpp).
-std::unique_ptr<Backend> make_backend(BackendKind kind, int device_index = 0);
+std::unique_ptr<Backend> make_backend(BackendKind kind, int device_index = 0, const BackendOptions& o = {});
+// A backend's registry without the backend (`inspect --plan --device cuda` on a machine
+// without a GPU or without the CUDA build).
+const std::vector<KernelImpl>& kernel_registry(BackendKind kind);
+const char* backend_kind_name(BackendKind kind);
 BackendKind parse_backend_kind(const std::string& s);  // "cpu" | "cuda"; throws dil::Error
 
 }  // namespace dil

@@ -1,7 +1,7 @@
 // deepinfer-lab bench prefill|decode|ceilings
 //
 //   bench prefill --config FILE [--context 131072] [--cached 126976] [--new-tokens 4096]
-//                 [--layers 1,3,4|all] [--device cuda] [--mode official] [--iters 3] [--json OUT]
+//                 [--layers 1,3,4|all] [--device cuda] [--numerics official] [--iters 3] [--json OUT]
 //   bench decode  --config FILE --batch B --context C [...same options]
 //   bench ceilings [--device cuda]
 //   prefill/decode also take --nproc N (and --nnodes/--node-rank/--master-addr/--master-port):
@@ -19,10 +19,12 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
-#include "cli/args.h"
 #include "cli/commands.h"
+#include "core/check.h"
 #include "cli/dist_run.h"
 #include "cli/ids.h"
+#include "cli/load_report.h"
+#include "cli/shared_options.h"
 #include "model/cost.h"
 #include "model/model.h"
 
@@ -31,6 +33,33 @@ namespace dil::cli {
 namespace {
 
 using json = nlohmann::json;
+
+// Options of bench prefill and bench decode.
+struct BenchModelOptions {
+  std::string config;
+  std::string layers;  // "1,3,4" | "all"; empty: default_layers()
+  std::string device = "cuda";
+  Numerics numerics = ModelOptions{}.numerics;
+  int iters = 3;
+  int warmup = 1;
+  std::string json;    // write the results here too
+  uint64_t seed = ModelOptions{}.seed;
+  int block_tokens = CacheSpec{}.block_tokens;
+  LaunchRequest launch;
+};
+struct BenchPrefillOptions : BenchModelOptions {
+  int64_t context = 131072;
+  int64_t cached = -1;  // -1: context - new_tokens
+  int64_t new_tokens = 4096;
+};
+struct BenchDecodeOptions : BenchModelOptions {
+  int64_t batch = 64;
+  int64_t context = 32768;
+};
+struct BenchCeilingsOptions {
+  std::string device = "cuda";
+  std::string json;
+};
 
 std::string layer_kind(const ModelConfig& c, int L) {
   int r = c.ratio(L);
@@ -79,37 +108,38 @@ Run time_steps(Model& model, Backend& be, const StepBatch& batch, int warmup, in
   return r;
 }
 
-int bench_model(const Args& args, bool decode, int argc, char** argv) {
-  const std::string cfg_path = args.need("config");
+// One step of n_seqs sequences, each `new_tokens` after `cached` cached tokens (decode: 1).
+int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t cached, int64_t new_tokens,
+                const ProgramArgs& prog) {
+  const std::string& cfg_path = o.config;
   ModelConfig cfg = load_config(cfg_path);
   int launcher_status = 0;
-  auto run = start_dist(args, argc, argv, &launcher_status, "cuda");
+  auto run = start_dist(o.launch, o.device, prog, &launcher_status);
   if (!run) return launcher_status;
   Backend* be = run->be.get();
   const bool quiet = run->rank() != 0;
   ModelOptions opt;
   opt.comm = run->comm.get();
-  opt.numerics = parse_numerics(args.get("mode", "official"));
+  opt.numerics = o.numerics;
   opt.load_format = "dummy";
-  opt.seed = uint64_t(args.get_int("seed", 1));
-  if (args.get("layers") == "all") {
+  opt.seed = o.seed;
+  if (o.layers == "all") {
     for (int L = 0; L < cfg.n_layers; ++L) opt.layers.push_back(L);
-  } else if (args.has("layers")) {
-    opt.layers = parse_int_list(args.get("layers"));
+  } else if (!o.layers.empty()) {
+    opt.layers = parse_int_list(o.layers);
   } else {
     opt.layers = default_layers(cfg);
   }
   const bool full_depth = int(opt.layers.size()) == cfg.n_layers;
-  const int64_t n_seqs = decode ? args.get_int("batch", 64) : 1;
-  const int64_t context = args.get_int("context", decode ? 32768 : 131072);
-  const int64_t new_tokens = decode ? 1 : args.get_int("new-tokens", 4096);
-  const int64_t cached = decode ? context : args.get_int("cached", context - new_tokens);
   if (cached < 0 || cached + new_tokens > cfg.max_position) DIL_FAIL("bad --context/--cached/--new-tokens");
-  const int bt = int(args.get_int("block-tokens", 128));
-  const int iters = int(args.get_int("iters", 3)), warmup = int(args.get_int("warmup", 1));
+  const int bt = o.block_tokens;
+  const int iters = o.iters, warmup = o.warmup;
+  LoadPrinter printer = LoadPrinter::for_stderr();
+  if (!quiet) opt.on_progress = printer.callback();
 
   auto t_load = std::chrono::steady_clock::now();
   auto model = load_model(cfg_path, *be, opt);
+  if (!quiet) std::fprintf(stderr, "%s\n", loaded_line(printer.last(), "").c_str());
   const int64_t blocks_per_seq = (cached + new_tokens + bt - 1) / bt;
   model->allocate_cache(int(blocks_per_seq * n_seqs), int(n_seqs), bt);
   model->randomize_cache(opt.seed + 1);
@@ -157,8 +187,8 @@ int bench_model(const Args& args, bool decode, int argc, char** argv) {
   full_ms *= scale;
 
   const double tokens = double(n_seqs * new_tokens);
-  std::printf("\n%s %s  device %s x %d ranks (expert-parallel MoE)  mode %s  layers [", decode ? "decode" : "prefill",
-              cfg_path.c_str(), be->name().c_str(), run->size(), args.get("mode", "official").c_str());
+  std::printf("\n%s %s  device %s x %d ranks (expert-parallel MoE)  numerics %s  layers [", decode ? "decode" : "prefill",
+              cfg_path.c_str(), be->name().c_str(), run->size(), dil::numerics_name(o.numerics));
   for (size_t i = 0; i < opt.layers.size(); ++i) std::printf("%s%d", i ? "," : "", opt.layers[i]);
   std::printf("] of %d  seqs %lld  cached %lld  new %lld/seq  (load+synth %.1fs)\n", cfg.n_layers, (long long)n_seqs,
               (long long)cached, (long long)new_tokens, load_s);
@@ -194,29 +224,67 @@ int bench_model(const Args& args, bool decode, int argc, char** argv) {
     out["full_ms_extrapolated"] = full_ms;
     out["tok_s_gpu_extrapolated"] = tokens / (full_ms / 1e3);
   }
-  if (args.has("json")) std::ofstream(args.get("json")) << out.dump(2) << "\n";
+  if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
   return 0;
 }
 
-int bench_ceilings(const Args& args) {
-  auto be = make_backend(parse_backend_kind(args.get("device", "cuda")));
+int bench_ceilings(const BenchCeilingsOptions& o) {
+  auto be = make_backend(parse_backend_kind(o.device));
   auto c = be->measure_ceilings();
   if (c.empty()) std::printf("backend %s measures no ceilings\n", be->name().c_str());
   for (auto& [k, v] : c) std::printf("%-20s %12.1f\n", k.c_str(), v);
-  if (args.has("json")) std::ofstream(args.get("json")) << json(c).dump(2) << "\n";
+  if (!o.json.empty()) std::ofstream(o.json) << json(c).dump(2) << "\n";
   return 0;
+}
+
+void add_model_options(CLI::App* c, BenchModelOptions& o) {
+  c->add_option("--config", o.config, "model config.json (weights: random, in the official formats)");
+  c->add_option("--layers", o.layers, "backbone layers to build and time, LIST or all")
+      ->default_str("V4: 1,3,4; V4.1: 0,2,3,20,21,24 (one of each layer kind)")
+      ->check(parsed_by([](const std::string& s) {
+        if (s != "all" && parse_int_list(s).empty()) DIL_FAIL("expected a layer list or 'all'");
+      }));
+  add_device_option(c, o.device);
+  add_numerics_option(c, o.numerics);
+  c->add_option("--iters", o.iters, "timed steps")->check(CLI::PositiveNumber);
+  c->add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  c->add_option("--json", o.json, "also write the results to this JSON file");
+  c->add_option("--seed", o.seed, "seed of the random weights and cache");
+  c->add_option("--block-tokens", o.block_tokens, "tokens per paged KV block")->check(CLI::PositiveNumber);
+  add_launch_options(c, o.launch, true);
+  require(c, {"--config"});
 }
 
 }  // namespace
 
-int cmd_bench(int argc, char** argv) {
-  if (argc < 2) DIL_FAIL("usage: deepinfer-lab bench prefill|decode|ceilings [options]");
-  std::string what = argv[1];
-  Args args(argc - 1, argv + 1);
-  if (what == "prefill") return bench_model(args, false, argc, argv);
-  if (what == "decode") return bench_model(args, true, argc, argv);
-  if (what == "ceilings") return bench_ceilings(args);
-  DIL_FAIL("unknown bench '", what, "' (prefill, decode or ceilings)");
+void add_bench(CLI::App& top, std::vector<Declared>* out) {
+  CLI::App* b = top.add_subcommand("bench", "prefill / decode / ceilings benchmarks on dummy weights");
+
+  auto p = std::make_shared<BenchPrefillOptions>();
+  CLI::App* pc = b->add_subcommand("prefill", "time one prefill step: new tokens after a cached context");
+  add_model_options(pc, *p);
+  pc->add_option("--context", p->context, "context length after the step (tokens)")->check(CLI::PositiveNumber);
+  pc->add_option("--cached", p->cached, "cached tokens before the step")
+      ->default_str("context - new-tokens")
+      ->check(CLI::NonNegativeNumber);
+  pc->add_option("--new-tokens", p->new_tokens, "tokens the step prefills")->check(CLI::PositiveNumber);
+  out->push_back({pc, [p](const ProgramArgs& prog) {
+                    const int64_t cached = p->cached >= 0 ? p->cached : p->context - p->new_tokens;
+                    return bench_model(*p, false, 1, cached, p->new_tokens, prog);
+                  }});
+
+  auto d = std::make_shared<BenchDecodeOptions>();
+  CLI::App* dc = b->add_subcommand("decode", "time one decode step of a batch, each sequence at a cached context");
+  add_model_options(dc, *d);
+  dc->add_option("--batch", d->batch, "sequences in the step")->check(CLI::PositiveNumber);
+  dc->add_option("--context", d->context, "cached tokens of each sequence")->check(CLI::PositiveNumber);
+  out->push_back({dc, [d](const ProgramArgs& prog) { return bench_model(*d, true, d->batch, d->context, 1, prog); }});
+
+  auto c = std::make_shared<BenchCeilingsOptions>();
+  CLI::App* cc = b->add_subcommand("ceilings", "measure the backend's GEMM and memory ceilings");
+  add_device_option(cc, c->device);
+  cc->add_option("--json", c->json, "also write the results to this JSON file");
+  out->push_back({cc, [c](const ProgramArgs&) { return bench_ceilings(*c); }});
 }
 
 }  // namespace dil::cli

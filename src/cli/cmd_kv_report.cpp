@@ -4,13 +4,21 @@
 // per sequence at a few context lengths, in the official packed format and in the f32 layout
 // of the CPU reference.
 #include <cstdio>
+#include <cstdlib>
 
-#include "cli/args.h"
 #include "cli/commands.h"
+#include "core/check.h"
 #include "model/kv_layout.h"
+#include "model/model.h"
 
 namespace dil::cli {
 namespace {
+
+struct KvReportOptions {
+  std::string config;
+  std::string config2;  // a second config, reported after the first
+  int block_tokens = CacheSpec{}.block_tokens;
+};
 
 // The official V4.1-Flash figure (DeepSeek-V4.1 paper abstract, model-spec §4.9).
 constexpr double kV41OfficialBytesPerToken = 890.0;
@@ -40,14 +48,24 @@ void report(const std::string& path, int block_tokens) {
 
 }  // namespace
 
-int cmd_kv_report(int argc, char** argv) {
-  Args args(argc, argv);
-  const int bt = std::stoi(args.get("block-tokens", "128"));
-  if (bt <= 0 || bt % 128 != 0) DIL_FAIL("--block-tokens must be a positive multiple of 128");
-  if (!args.has("config")) DIL_FAIL("usage: deepinfer-lab kv-report --config FILE [--config2 FILE] [--block-tokens N]");
-  report(args.get("config"), bt);
-  if (args.has("config2")) report(args.get("config2"), bt);
-  return 0;
+void add_kv_report(CLI::App& top, std::vector<Declared>* out) {
+  auto o = std::make_shared<KvReportOptions>();
+  CLI::App* c = top.add_subcommand("kv-report", "KV cache bytes per token / per sequence slot of a model config");
+  c->add_option("--config", o->config, "model config.json");
+  c->add_option("--config2", o->config2, "a second config.json to report after the first");
+  c->add_option("--block-tokens", o->block_tokens, "tokens per paged KV block (a positive multiple of 128)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const int b = std::atoi(v.c_str());
+            return b > 0 && b % 128 == 0 ? "" : "must be a positive multiple of 128";
+          },
+          ""));
+  require(c, {"--config"});
+  out->push_back({c, [o](const ProgramArgs&) {
+                    report(o->config, o->block_tokens);
+                    if (!o->config2.empty()) report(o->config2, o->block_tokens);
+                    return 0;
+                  }});
 }
 
 }  // namespace dil::cli

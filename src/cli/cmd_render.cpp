@@ -10,35 +10,40 @@
 #include <iostream>
 #include <string>
 
-#include "cli/args.h"
 #include "cli/commands.h"
+#include "core/check.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dil::cli {
+namespace {
 
-int cmd_render(int argc, char** argv) {
-  Args args(argc, argv, {"parse", "ids"});
-  std::string config = args.get("config"), tokenizer = args.get("tokenizer");
-  if (args.has("model")) {
-    if (config.empty()) config = args.get("model") + "/config.json";
-    if (tokenizer.empty()) tokenizer = args.get("model") + "/tokenizer.json";
+struct RenderOptions {
+  std::string model;      // folder: its config.json and tokenizer.json
+  std::string config;     // or these separately
+  std::string tokenizer;
+  std::string format;     // v4 | v41; empty: from config.json
+  bool parse = false;     // parse completions instead of rendering
+  bool ids = false;       // also the rendered prompt's token ids
+};
+
+int run_render(const RenderOptions& o) {
+  std::string config = o.config, tokenizer = o.tokenizer;
+  if (!o.model.empty()) {
+    if (config.empty()) config = o.model + "/config.json";
+    if (tokenizer.empty()) tokenizer = o.model + "/tokenizer.json";
   }
   tok::PromptFormat fmt;
-  if (args.has("format")) {
-    std::string f = args.get("format");
-    if (f == "v4") fmt = tok::PromptFormat::V4;
-    else if (f == "v41") fmt = tok::PromptFormat::V41;
-    else DIL_FAIL("--format must be v4 or v41");
+  if (!o.format.empty()) {
+    fmt = o.format == "v4" ? tok::PromptFormat::V4 : tok::PromptFormat::V41;  // checked by the option
   } else {
-    if (config.empty()) DIL_FAIL("render needs --model DIR or --config PATH (or --format v4|v41)");
     fmt = tok::prompt_format_from_config(config);
   }
   std::unique_ptr<tok::Tokenizer> t;
-  if (args.has("ids")) {
+  if (o.ids) {
     if (tokenizer.empty()) DIL_FAIL("--ids needs --tokenizer or --model");
     t = tok::Tokenizer::load(tokenizer);
   }
-  const bool parse = args.has("parse");
+  const bool parse = o.parse;
   std::ios::sync_with_stdio(false);
   std::string line;
   int rc = 0;
@@ -73,6 +78,23 @@ int cmd_render(int argc, char** argv) {
   }
   std::cout.flush();
   return rc;
+}
+
+}  // namespace
+
+void add_render(CLI::App& top, std::vector<Declared>* out) {
+  auto o = std::make_shared<RenderOptions>();
+  CLI::App* c = top.add_subcommand("render", "render chat messages to the model's prompt string (or --parse completions)");
+  c->add_option("--model", o->model, "model folder (its config.json and tokenizer.json)");
+  c->add_option("--config", o->config, "config.json choosing the prompt format")->default_str("DIR/config.json of --model");
+  c->add_option("--tokenizer", o->tokenizer, "tokenizer.json for --ids")->default_str("DIR/tokenizer.json of --model");
+  c->add_option("--format", o->format, "prompt format, overriding the config's")
+      ->default_str("from the config")
+      ->check(CLI::IsMember({"v4", "v41"}));
+  add_switch(c, "--parse", o->parse, "parse {\"text\"} completions into content, reasoning and tool calls");
+  add_switch(c, "--ids", o->ids, "add the rendered prompt's token ids");
+  require(c, {"--model", "--config", "--format"});
+  out->push_back({c, [o](const ProgramArgs&) { return run_render(*o); }});
 }
 
 }  // namespace dil::cli

@@ -2,20 +2,24 @@
 // tiny-v4 model (models/tiny-v4, found next to the binary or the repo root) on the CPU at
 // 127.0.0.1:8000. `--dp N --ep N` runs N ranks (attention data-parallel, MoE expert-parallel,
 // src/runtime/dp_engine.h): rank 0 serves HTTP, the others run engine steps only.
-// SIGINT/SIGTERM stop it cleanly (exit 0): every thread blocks them and one watcher takes them.
+// SIGINT/SIGTERM stop it gracefully (exit 0): new requests get 503, running ones finish for up
+// to --shutdown-timeout seconds, the rest are aborted; a second signal exits at once. Every
+// thread blocks the signals and one watcher takes them.
 #include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
+#include <cstdlib>
 #include <functional>
 #include <thread>
 
-#include "cli/args.h"
 #include "cli/commands.h"
+#include "core/check.h"
 #include "cli/dist_run.h"
+#include "cli/load_report.h"
+#include "cli/serve_options.h"
 #include "dil/engine.h"
 #include "runtime/dp_engine.h"
 #include "server/server.h"
@@ -23,35 +27,10 @@
 namespace dil::cli {
 namespace {
 
-namespace fs = std::filesystem;
-
-// The bundled model: models/tiny-v4 beside the binary, one level up (build/ in the repo),
-// or under the current directory.
-std::string default_model_dir() {
-  std::vector<fs::path> roots;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) roots = {exe.parent_path(), exe.parent_path().parent_path()};
-  roots.push_back(fs::current_path());
-  for (const auto& r : roots)
-    if (fs::exists(r / "models" / "tiny-v4" / "config.json")) return (r / "models" / "tiny-v4").string();
-  DIL_FAIL("no --model given and the bundled models/tiny-v4 was not found next to the binary or in the current directory");
-}
-
-int usage() {
-  std::fprintf(stderr,
-               "usage: deepinfer-lab serve [--model DIR] [--host H] [--port P] [--api-key KEY]\n"
-               "  [--served-model-name NAME] [--device cpu|cuda] [--max-model-len N] [--max-num-seqs N]\n"
-               "  [--threads N] [--max-body-bytes N] [--max-concurrent N] [--overload reject|queue]\n"
-               "  [--thinking] (thinking mode by default) [--health-stall-s S] [--numerics official|reference]\n"
-               "  [--dp N --ep N] (N ranks, rank i on GPU i; --ep must equal --dp)\n"
-               "  [--nnodes M --node-rank K --master-addr HOST --master-port P] (--dp ranks over M machines)\n");
-  return 2;
-}
-
 // Takes SIGINT/SIGTERM (blocked in every thread) and calls on_stop, again every 100 ms until
 // `done`, so a stop that lands before the server listens is not lost. `ended` (optional),
-// polled as often, stops it too (the data-parallel job stopped from another rank).
+// polled as often, stops it too (the data-parallel job stopped from another rank). A second
+// signal ends the process at once (status 128 + signal), for an operator who will not wait.
 class SignalWatcher {
  public:
   SignalWatcher(sigset_t set, std::function<void()> on_stop, std::function<bool()> ended = {})
@@ -60,7 +39,12 @@ class SignalWatcher {
           while (!done_) {
             const timespec wait{0, 100 * 1000 * 1000};
             const int sig = sigtimedwait(&set, nullptr, &wait);
-            if (sig > 0 && !stopping) std::fprintf(stderr, "serve: got signal %d, shutting down\n", sig);
+            if (sig > 0 && stopping) {
+              std::fprintf(stderr, "serve: second signal %d, exiting now\n", sig);
+              std::fflush(stderr);
+              std::_Exit(128 + sig);
+            }
+            if (sig > 0) std::fprintf(stderr, "serve: got signal %d, shutting down (again to exit now)\n", sig);
             if (!stopping && sig <= 0 && ended && ended())
               std::fprintf(stderr, "serve: the data-parallel job was stopped by another rank, shutting down\n");
             stopping = stopping || sig > 0 || (ended && ended());
@@ -77,13 +61,9 @@ class SignalWatcher {
   std::thread thread_;
 };
 
-}  // namespace
-
-int cmd_serve(int argc, char** argv) {
-  Args a(argc, argv, {"thinking", "help"});
-  if (a.has("help")) return usage();
-  // A client that disconnects mid-write must not kill the process (cpp-httplib sends
-  // without MSG_NOSIGNAL).
+int run_serve(ServeOptions o, const ProgramArgs& prog) {
+  // A client that disconnects mid-write must not kill the process (the server sends with
+  // MSG_NOSIGNAL; this also covers any other socket write).
   std::signal(SIGPIPE, SIG_IGN);
   // Before any thread starts (they inherit the mask), and before the launcher forks ranks.
   sigset_t stop_sigs;
@@ -92,57 +72,30 @@ int cmd_serve(int argc, char** argv) {
   sigaddset(&stop_sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_sigs, nullptr);
 
-  const std::string dir = a.has("model") ? a.get("model") : default_model_dir();
-  const int dp = int(a.get_int("dp", 1));
-  const int ep = int(a.get_int("ep", dp));
-  const int nnodes = int(a.get_int("nnodes", 1));
-  if (dp < 1) DIL_FAIL("--dp must be at least 1");
-  if (ep != dp)
-    DIL_FAIL("--ep ", ep, " with --dp ", dp, ": only ep == dp is supported (attention data-parallel and MoE "
-             "expert-parallel over the same ranks, DeepSeek's DEP)");
-  if (nnodes < 1 || dp % nnodes != 0) DIL_FAIL("--dp ", dp, " does not split evenly over --nnodes ", nnodes);
-  if (a.has("nproc")) DIL_FAIL("serve takes --dp (all ranks) rather than --nproc");
-
-  EngineOptions eo;
-  eo.model_dir = dir;
-  eo.device = a.get("device", "cpu");
-  eo.numerics = a.get("numerics", eo.numerics);
-  eo.max_model_len = int(a.get_int("max-model-len", eo.max_model_len));
-  eo.max_num_seqs = int(a.get_int("max-num-seqs", 256));
-  eo.max_num_batched_tokens = int(a.get_int("max-num-batched-tokens", eo.max_num_batched_tokens));
-  eo.kv_memory_bytes = a.get_int("kv-memory-mb", eo.kv_memory_bytes >> 20) << 20;
+  finish_serve_options(o);
+  const std::string& dir = o.model;
+  const int dp = o.dp;
+  EngineOptions& eo = o.engine;
+  server::ServerOptions& so = o.server;
 
   // Several ranks: this process is the launcher (spawns the local ranks and returns their
   // status) or one rank with its backend (its GPU) and communicator.
   std::unique_ptr<DistRun> run;
   if (dp > 1) {
     int launcher_status = 0;
-    run = start_dist(a, argc, argv, &launcher_status, "cpu", dp / nnodes);
+    run = start_dist(o.launch, eo.device, prog, &launcher_status);
     if (!run) return launcher_status;
     if (run->size() != dp)
       DIL_FAIL("this job has ", run->size(), " ranks (launcher environment) but --dp is ", dp);
     eo.device_index = run->plan.local_rank;
   }
 
-  server::ServerOptions so;
-  so.host = a.get("host", "127.0.0.1");
-  so.port = int(a.get_int("port", 8000));
-  so.api_key = a.get("api-key");
-  so.model_name = a.get("served-model-name", fs::path(dir).filename().string());
-  so.model_dir = dir;
-  so.threads = int(a.get_int("threads", so.threads));
-  so.max_body_bytes = size_t(a.get_int("max-body-bytes", long(so.max_body_bytes)));
-  so.max_concurrent = a.get_int("max-concurrent", 0);
-  const std::string overload = a.get("overload", "reject");
-  if (overload != "reject" && overload != "queue") DIL_FAIL("--overload must be reject or queue");
-  so.reject_overload = overload == "reject";
-  so.defaults.thinking = a.has("thinking");
-  so.health_stall_s = double(a.get_int("health-stall-s", 60));
-
   const int rank = run ? run->rank() : 0;
   std::unique_ptr<tok::Tokenizer> tok;
   if (rank == 0) tok = tok::Tokenizer::load(dir + "/tokenizer.json");
   std::fprintf(stderr, "loading %s on %s (rank %d of %d) ...\n", dir.c_str(), eo.device.c_str(), rank, dp);
+  LoadPrinter printer = LoadPrinter::for_stderr();
+  if (rank == 0) eo.on_load_progress = printer.callback();
   std::unique_ptr<Engine> engine;
   runtime::DpEngine* dpe = nullptr;
   if (run) {
@@ -152,6 +105,7 @@ int cmd_serve(int argc, char** argv) {
   } else {
     engine = make_engine(eo);
   }
+  if (rank == 0) std::fprintf(stderr, "%s\n", loaded_line(printer.last(), kv_capacity(engine->info())).c_str());
 
   if (rank != 0) {
     // Engine steps only, until rank 0 stops the job (or a signal here asks it to).
@@ -170,12 +124,20 @@ int cmd_serve(int argc, char** argv) {
   std::fprintf(stderr, "serving '%s' on http://%s:%d (OpenAI API under /v1, %d data-parallel rank%s)\n",
                so.model_name.c_str(), so.host.c_str(), port, dp, dp > 1 ? "s" : "");
   {
-    SignalWatcher w(stop_sigs, [&srv] { srv.stop(); }, [dpe] { return dpe && dpe->stopped(); });
+    SignalWatcher w(stop_sigs, [&srv] { srv.shutdown(); }, [dpe] { return dpe && dpe->stopped(); });
     srv.run();
   }
   engine->shutdown();
   std::fprintf(stderr, "serve: stopped\n");
   return 0;
+}
+
+}  // namespace
+
+void add_serve(CLI::App& top, std::vector<Declared>* out) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* c = declare_serve(top, *o, "OpenAI-compatible HTTP server (default: the bundled tiny-v4 model on the CPU)");
+  out->push_back({c, [o](const ProgramArgs& prog) { return run_serve(*o, prog); }});
 }
 
 }  // namespace dil::cli

@@ -12,21 +12,29 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/args.h"
 #include "cli/commands.h"
+#include "core/check.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dil::cli {
+namespace {
 
-int cmd_tokenize(int argc, char** argv) {
-  Args args(argc, argv, {"decode", "no-special", "skip-special"});
-  auto tok = tok::Tokenizer::load(args.need("tokenizer"));
-  const bool decode = args.has("decode");
-  const bool parse_special = !args.has("no-special");
-  const bool skip_special = args.has("skip-special");
-  if (args.has("bench")) {
-    std::ifstream f(args.get("bench"));
-    if (!f) DIL_FAIL("cannot open ", args.get("bench"));
+struct TokenizeOptions {
+  std::string tokenizer;       // tokenizer.json
+  bool decode = false;         // ids -> text
+  bool no_special = false;     // encode special-token text as plain text
+  bool skip_special = false;   // decode without special tokens
+  std::string bench;           // FILE: time the encoding of its lines instead
+};
+
+int run_tokenize(const TokenizeOptions& o) {
+  auto tok = tok::Tokenizer::load(o.tokenizer);
+  const bool decode = o.decode;
+  const bool parse_special = !o.no_special;
+  const bool skip_special = o.skip_special;
+  if (!o.bench.empty()) {
+    std::ifstream f(o.bench);
+    if (!f) DIL_FAIL("cannot open ", o.bench);
     std::vector<std::string> docs;
     for (std::string l; std::getline(f, l);)
       if (!l.empty()) docs.push_back(nlohmann::json::parse(l).at("text").get<std::string>());
@@ -67,6 +75,20 @@ int cmd_tokenize(int argc, char** argv) {
   }
   std::cout.flush();
   return rc;
+}
+
+}  // namespace
+
+void add_tokenize(CLI::App& top, std::vector<Declared>* out) {
+  auto o = std::make_shared<TokenizeOptions>();
+  CLI::App* c = top.add_subcommand("tokenize", "encode/decode JSON lines with a tokenizer.json");
+  c->add_option("--tokenizer", o->tokenizer, "tokenizer.json");
+  add_switch(c, "--decode", o->decode, "decode {\"ids\"} lines instead of encoding {\"text\"} lines");
+  add_switch(c, "--no-special", o->no_special, "encode special-token text as plain text");
+  add_switch(c, "--skip-special", o->skip_special, "decode without the special tokens");
+  c->add_option("--bench", o->bench, "time the encoding of every {\"text\"} line of FILE instead (one thread)");
+  require(c, {"--tokenizer"});
+  out->push_back({c, [o](const ProgramArgs&) { return run_tokenize(*o); }});
 }
 
 }  // namespace dil::cli

@@ -1,19 +1,22 @@
-// Subcommands of `deepinfer-lab`. Each lives in its own cmd_<name>.cpp and returns an exit code.
+// Subcommands of `deepinfer-lab`. Each lives in its own cmd_<name>.cpp: an options struct
+// (the one copy of its defaults), the declaration of its options on a CLI11 subcommand, and
+// what it runs. main.cpp lists them; add a line there for a new command.
 #pragma once
+#include <vector>
+
+#include "cli/app.h"
 
 namespace dil::cli {
-struct Command {
-  const char* name;
-  const char* help;
-  int (*run)(int argc, char** argv);  // argv[0] is the subcommand name
-};
-// The table is defined in main.cpp; add a line there for a new command.
-int cmd_inspect(int argc, char** argv);
-int cmd_logits(int argc, char** argv);
-int cmd_generate(int argc, char** argv);
-int cmd_kv_report(int argc, char** argv);
-int cmd_bench(int argc, char** argv);
-int cmd_tokenize(int argc, char** argv);
-int cmd_render(int argc, char** argv);
-int cmd_serve(int argc, char** argv);
+// Each adds its subcommand (bench: its group and three subcommands) to `top` and appends the
+// runnable commands to `out`.
+void add_inspect(CLI::App& top, std::vector<Declared>* out);
+void add_logits(CLI::App& top, std::vector<Declared>* out);
+void add_generate(CLI::App& top, std::vector<Declared>* out);
+void add_kv_report(CLI::App& top, std::vector<Declared>* out);
+void add_bench(CLI::App& top, std::vector<Declared>* out);
+void add_tokenize(CLI::App& top, std::vector<Declared>* out);
+void add_render(CLI::App& top, std::vector<Declared>* out);
+void add_serve(CLI::App& top, std::vector<Declared>* out);
+void add_kernels_doc(CLI::App& top, std::vector<Declared>* out);
+void add_quality(CLI::App& top, std::vector<Declared>* out);
 }  // namespace dil::cli

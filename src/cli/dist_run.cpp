@@ -3,33 +3,34 @@
 #include <cstdio>
 
 #include "cli/ids.h"
+#include "cli/load_report.h"
 
 namespace dil::cli {
 
-std::unique_ptr<DistRun> start_dist(const Args& args, int argc, char** argv, int* launcher_status,
-                                    const char* default_device, int nproc) {
+std::unique_ptr<DistRun> start_dist(const LaunchRequest& req, const std::string& device, const ProgramArgs& prog,
+                                    int* launcher_status) {
   auto r = std::make_unique<DistRun>();
-  r->req.nproc = nproc > 0 ? nproc : int(args.get_int("nproc", 1));
-  r->req.nnodes = int(args.get_int("nnodes", 1));
-  r->req.node_rank = int(args.get_int("node-rank", 0));
-  r->req.master_addr = args.get("master-addr", "");
-  r->req.master_port = int(args.get_int("master-port", 0));
-  r->req.timeout_s = double(args.get_int("dist-timeout", 300));
+  r->req = req;
   r->plan = plan_launch(r->req);
   if (r->plan.spawn) {
-    *launcher_status = spawn_ranks(r->plan, r->req, argc + 1, argv - 1);  // argv[-1]: the program
+    *launcher_status = spawn_ranks(r->plan, r->req, prog.argc, prog.argv);
     return nullptr;
   }
-  r->be = make_backend(parse_backend_kind(args.get("device", default_device)), r->plan.local_rank);
+  r->be = make_backend(parse_backend_kind(device), r->plan.local_rank);
   if (r->plan.dist.size > 1) r->comm = make_communicator(*r->be, r->plan.dist);
   return r;
 }
 
-std::unique_ptr<Model> load_dist_model(const Args& args, DistRun& run) {
+std::unique_ptr<Model> load_dist_model(const std::string& dir, Numerics numerics, DistRun& run) {
   ModelOptions opt;
-  opt.numerics = parse_numerics(args.get("mode", "official"));
+  opt.numerics = numerics;
   opt.comm = run.comm.get();
-  return load_model(args.need("model"), *run.be, opt);
+  if (run.rank() != 0) return load_model(dir, *run.be, opt);
+  LoadPrinter printer = LoadPrinter::for_stderr();
+  opt.on_progress = printer.callback();
+  auto model = load_model(dir, *run.be, opt);
+  std::fprintf(stderr, "%s\n", loaded_line(printer.last(), "").c_str());
+  return model;
 }
 
 void check_token_ids(const std::vector<std::vector<int32_t>>& lists, int64_t vocab) {

@@ -1,12 +1,13 @@
-// The CLI side of multi-rank runs: --nproc/--nnodes/--node-rank/--master-addr/--master-port
-// (src/dist/launch.h) and lockstep stepping of per-rank sequences (every rank joins every
+// The CLI side of multi-rank runs: the launch options (src/dist/launch.h, declared by
+// add_launch_options) and lockstep stepping of per-rank sequences (every rank joins every
 // step's collectives; a rank whose sequences are done runs empty steps until all are).
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
-#include "cli/args.h"
+#include "cli/app.h"
 #include "dist/communicator.h"
 #include "dist/launch.h"
 #include "model/model.h"
@@ -23,17 +24,15 @@ struct DistRun {
   int size() const { return plan.dist.size; }
 };
 
-// Reads the launch options. Returns nullptr when this process is the launcher (then
-// *launcher_status is the job's exit status); otherwise the backend (on this rank's GPU) and
-// communicator of this rank.
-// argc/argv: the subcommand's (argv[0] = its name, argv[-1] = the program).
-// nproc > 0: ranks per machine fixed by the command (serve's --dp / --nnodes) instead of --nproc.
-std::unique_ptr<DistRun> start_dist(const Args& args, int argc, char** argv, int* launcher_status,
-                                    const char* default_device = "cpu", int nproc = 0);
+// Returns nullptr when this process is the launcher (it re-executed `prog` once per local
+// rank; *launcher_status is the job's exit status); otherwise the backend (`device`, on this
+// rank's GPU) and communicator of this rank.
+std::unique_ptr<DistRun> start_dist(const LaunchRequest& req, const std::string& device, const ProgramArgs& prog,
+                                    int* launcher_status);
 
-// The model of --model on this rank's backend, with --mode numerics and expert parallelism
-// over the job's ranks.
-std::unique_ptr<Model> load_dist_model(const Args& args, DistRun& run);
+// The model in folder `dir` on this rank's backend, with `numerics` and expert parallelism
+// over the job's ranks. Rank 0 prints the load progress and the final load line (stderr).
+std::unique_ptr<Model> load_dist_model(const std::string& dir, Numerics numerics, DistRun& run);
 // Every id of `lists` inside [0, vocab) (dil::Error naming the first that is not).
 void check_token_ids(const std::vector<std::vector<int32_t>>& lists, int64_t vocab);
 

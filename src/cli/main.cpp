@@ -1,46 +1,28 @@
-// deepinfer-lab: one binary, one subcommand per task.
-#include <cstdio>
-#include <cstring>
-#include <exception>
-#include <iterator>
+// deepinfer-lab: one binary, one subcommand per task (src/cli/app.h has the conventions).
+#include <iostream>
 
 #include "cli/commands.h"
-#include "core/check.h"
-
-namespace dil::cli {
-namespace {
-const Command kCommands[] = {
-    {"inspect", "list a checkpoint's (or a config's expected) tensors and validate them", cmd_inspect},
-    {"logits", "run the forward over token ids and write every position's logits (.npy)", cmd_logits},
-    {"generate", "greedy generation from token ids", cmd_generate},
-    {"kv-report", "KV cache bytes per token / per sequence slot of a model config", cmd_kv_report},
-    {"bench", "prefill / decode / ceilings benchmarks on dummy weights", cmd_bench},
-    {"tokenize", "encode/decode JSON lines with a tokenizer.json", cmd_tokenize},
-    {"render", "render chat messages to the model's prompt string (or --parse completions)", cmd_render},
-    {"serve", "OpenAI-compatible HTTP server (default: the bundled tiny-v4 model on the CPU)", cmd_serve},
-};
-
-int usage() {
-  std::fprintf(stderr, "usage: deepinfer-lab <command> [options]\n\ncommands:\n");
-  for (const auto& c : kCommands) std::fprintf(stderr, "  %-10s %s\n", c.name, c.help);
-  return 2;
-}
-}  // namespace
-}  // namespace dil::cli
 
 int main(int argc, char** argv) {
   using namespace dil::cli;
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) return usage();
-  for (const auto& c : kCommands) {
-    if (std::strcmp(argv[1], c.name) == 0) {
-      try {
-        return c.run(argc - 1, argv + 1);
-      } catch (const dil::Error& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-      }
-    }
-  }
-  std::fprintf(stderr, "unknown command '%s'\n", argv[1]);
-  return usage();
+  auto top = make_top_app("DeepInfer-Lab: DeepSeek V4 / V4.1 inference (CPU reference and CUDA sm_90a)");
+  std::vector<Declared> commands;
+  add_inspect(*top, &commands);
+  add_logits(*top, &commands);
+  add_generate(*top, &commands);
+  add_kv_report(*top, &commands);
+  add_bench(*top, &commands);
+  add_tokenize(*top, &commands);
+  add_render(*top, &commands);
+  add_serve(*top, &commands);
+  add_kernels_doc(*top, &commands);
+  add_quality(*top, &commands);
+  top->add_flag_callback(
+      "--options-json",
+      [&top] {
+        std::cout << describe_options(*top).dump(1) << std::endl;
+        throw CLI::Success();
+      },
+      "print every command's options with their defaults as JSON (for tests and tools), then exit");
+  return parse_and_run(*top, commands, ProgramArgs{argc, argv});
 }

@@ -115,7 +115,8 @@ void SafeTensors::add_file(const std::string& file) {
   std::vector<std::pair<size_t, size_t>> spans;
   for (auto& [name, info] : hdr.items()) {
     if (name == "__metadata__") continue;
-    auto bad = [&](const std::string& why) { DIL_FAIL("tensor ", name, " in ", file, ": ", why); };
+    const std::string& tensor = name;  // clang 14 cannot capture a structured binding
+    auto bad = [&](const std::string& why) { DIL_FAIL("tensor ", tensor, " in ", file, ": ", why); };
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
       bad("header entry lacks dtype/shape/data_offsets");
     StEntry e;

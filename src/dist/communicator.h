@@ -42,7 +42,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // in [n, ...] on every rank (same n) -> out [size * n, ...], rank r's rows at [r*n, (r+1)*n).
-  // f32 or i32 tensors of the backend's device; contiguous.
+  // f32, bf16 or i32 tensors of the backend's device; contiguous.
   virtual void all_gather(const Tensor& in, Tensor out) = 0;
   // in [size * n, ...] f32 -> out [n, ...] = sum over ranks of their rows [rank*n, (rank+1)*n).
   // Sums in rank order, so every rank computes the same bits.

@@ -36,7 +36,8 @@ ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::F32: return ncclFloat32;
     case DType::I32: return ncclInt32;
-    default: DIL_FAIL("dist: NCCL collectives take f32 or i32 tensors, got ", dtype_name(t));
+    case DType::BF16: return ncclBfloat16;
+    default: DIL_FAIL("dist: NCCL collectives take f32, bf16 or i32 tensors, got ", dtype_name(t));
   }
 }
 

@@ -19,7 +19,8 @@ class TcpCommunicator : public StarCommunicator {
   void all_gather(const Tensor& in, Tensor out) override {
     check_host(in, "all_gather in");
     check_host(out, "all_gather out");
-    DIL_CHECK(in.dtype == out.dtype && dtype_size(in.dtype) == 4, "all_gather: f32/i32 tensors of one dtype");
+    DIL_CHECK(in.dtype == out.dtype && (in.dtype == DType::F32 || in.dtype == DType::I32 || in.dtype == DType::BF16),
+              "all_gather: f32/i32/bf16 tensors of one dtype");
     DIL_CHECK(out.nbytes() == size_t(size()) * in.nbytes(), "all_gather: out ", out.shape_str(), " for in ",
               in.shape_str(), " and ", size(), " ranks");
     star_.all_gather(in.data, in.nbytes(), out.data);

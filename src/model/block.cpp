@@ -28,9 +28,10 @@ void bind_block_weights(WeightBinder& b, const std::string& p, const ExpertParal
 }
 
 Tensor attention_output(Backend& be, StepProfiler* prof, const ModelConfig& cfg, const BlockWeights& l, AttnArgs& a,
-                        const Tensor& kv, const StepMeta& m, int act_block, bool official, Scratch& s) {
+                        const Tensor& kv, const StepMeta& m, int act_block, Scratch& s) {
   const int64_t T = a.q.size(0), H = a.q.size(1), hd = a.q.size(2), G = cfg.o_groups, D = cfg.dim;
-  Tensor o = s.f32({T, H, hd});
+  const DType act = a.q.dtype;
+  Tensor o = s.make(act, {T, H, hd});
   a.out = o;
   {
     ProfileScope ps(prof, "attention core");
@@ -39,10 +40,10 @@ Tensor attention_output(Backend& be, StepProfiler* prof, const ModelConfig& cfg,
   }
   ProfileScope ps(prof, "projections");
   be.rope(o, m.tok_pos, l.rope, true);  // de-rotate the output's rope dims at the query position
-  Tensor z = s.f32({T, G, cfg.o_lora_rank});
-  // wo_a: dequantized, no act quant; official numerics let the backend split x into BF16 terms.
-  be.grouped_linear(o.view({T, G, H * hd / G}), l.wo_a, int(G), z, official);
-  Tensor y = s.f32({T, D});
+  Tensor z = s.make(act, {T, G, cfg.o_lora_rank});
+  // wo_a: dequantized, no act quant (the official convert.py makes it BF16; an einsum).
+  be.grouped_linear(o.view({T, G, H * hd / G}), l.wo_a, int(G), z);
+  Tensor y = s.make(act, {T, D});
   be.linear(z.view({T, G * cfg.o_lora_rank}), l.wo_b, act_block, y);
   return y;
 }

@@ -35,7 +35,7 @@ Tensor ExpertParallel::experts(Backend& be, StepProfiler* prof, MoeExpertsArgs e
                                const Tensor& idx, const Step& st, Scratch& s) const {
   if (on()) return routed(be, prof, e, x, w, idx, st, s);
   ProfileScope ps(prof, "moe experts");
-  Tensor out = s.f32({x.size(0), x.size(1)});
+  Tensor out = s.f32({x.size(0), x.size(1)});  // [T, D] f32: the sum stays f32 until the shared expert joins it
   e.x = x; e.route_w = w; e.route_idx = idx; e.out = out;
   be.moe_experts(e);
   return out;
@@ -44,7 +44,8 @@ Tensor ExpertParallel::experts(Backend& be, StepProfiler* prof, MoeExpertsArgs e
 Tensor shared_expert(Backend& be, const Tensor& x, const Weight& w1, const Weight& w2, const Weight& w3, int act_block,
                      float swiglu_limit, Scratch& s) {
   const int64_t T = x.size(0), D = x.size(1), I = w1.out;
-  Tensor g = s.f32({T, I}), u = s.f32({T, I}), h = s.f32({T, I}), out = s.f32({T, D});
+  const DType act = x.dtype;
+  Tensor g = s.make(act, {T, I}), u = s.make(act, {T, I}), h = s.make(act, {T, I}), out = s.make(act, {T, D});
   be.linear(x, w1, act_block, g);
   be.linear(x, w3, act_block, u);
   be.swiglu(g, u, Tensor(), swiglu_limit, h);
@@ -56,9 +57,9 @@ Tensor ExpertParallel::routed(Backend& be, StepProfiler* prof, MoeExpertsArgs e,
                               const Tensor& idx, const Step& st, Scratch& s) const {
   const int64_t T = x.size(0), Tm = st.t_max, R = size_, D = x.size(1), k = idx.size(1);
   DIL_CHECK(T <= Tm, "expert parallel: ", T, " tokens above the agreed maximum ", Tm);
-  Tensor xp = x, wp = w, ip = idx;  // [Tm, D] f32, [Tm, k] f32, [Tm, k] i32
+  Tensor xp = x, wp = w, ip = idx;  // [Tm, D] f32|bf16, [Tm, k] f32, [Tm, k] i32
   if (T < Tm) {
-    xp = s.f32({Tm, D});
+    xp = s.make(x.dtype, {Tm, D});
     wp = s.f32({Tm, k});
     ip = s.i32({Tm, k});
     be.copy(ip, st.no_route);
@@ -68,7 +69,7 @@ Tensor ExpertParallel::routed(Backend& be, StepProfiler* prof, MoeExpertsArgs e,
       be.copy(ip.rows(0, T), idx);
     }
   }
-  Tensor xa = s.f32({R * Tm, D}), wa = s.f32({R * Tm, k}), ia = s.i32({R * Tm, k});  // every rank's rows
+  Tensor xa = s.make(x.dtype, {R * Tm, D}), wa = s.f32({R * Tm, k}), ia = s.i32({R * Tm, k});  // every rank's rows
   {
     ProfileScope ps(prof, "moe dispatch");
     comm_->all_gather(xp, xa);

@@ -22,7 +22,8 @@
 
 namespace dil {
 
-// The shared expert of a MoE block: w2(swiglu(w1 x, w3 x)) -> [T, D] (x [T, D] f32).
+// The shared expert of a MoE block: w2(swiglu(w1 x, w3 x)) -> [T, D] (x [T, D] f32|bf16; the
+// intermediates and the result in x's dtype, as the official linear outputs).
 Tensor shared_expert(Backend& be, const Tensor& x, const Weight& w1, const Weight& w2, const Weight& w3, int act_block,
                      float swiglu_limit, Scratch& s);
 
@@ -45,8 +46,8 @@ class ExpertParallel {
   // runs a forward, and no collective either.
   bool begin(const StepBatch& batch, int topk, Backend& be, Scratch& step, Step* out);
 
-  // This rank's tokens x [T, D] with their routing (w [T, k] f32, idx [T, k] i32, global expert
-  // ids) -> their routed sum [T, D] over every rank's experts. `e` carries this rank's expert
+  // This rank's tokens x [T, D] (f32|bf16) with their routing (w [T, k] f32, idx [T, k] i32,
+  // global expert ids) -> their routed sum [T, D] f32 over every rank's experts. `e` carries this rank's expert
   // lists (w1/w2/w3 holding experts [lo, hi)), act_block and swiglu_limit; its x, routing and
   // out are filled here. T may be 0 (a rank without tokens in the step).
   Tensor routed(Backend& be, StepProfiler* prof, MoeExpertsArgs e, const Tensor& x, const Tensor& w,

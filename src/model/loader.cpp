@@ -3,6 +3,7 @@
 #include "core/check.h"
 #include "dist/communicator.h"
 #include "model/dummy_weights.h"
+#include "model/load_meter.h"
 #include "model/model.h"
 #include "model/schema.h"
 #include "model/v41_model.h"
@@ -10,27 +11,44 @@
 
 namespace dil {
 
-Numerics parse_numerics(const std::string& s) {
-  if (s == "official") return Numerics::Official;
-  if (s == "reference") return Numerics::Reference;
-  DIL_FAIL("unknown numerics mode '", s, "' (expected official or reference)");
-}
-
 namespace {
 bool has_prefix(const SafeTensors& st, const std::string& prefix) {
   auto it = st.entries().lower_bound(prefix);
   return it != st.entries().end() && it->first.rfind(prefix, 0) == 0;
 }
+
+// The kernel plan for the model's op sites, resolved and installed before any weight is bound:
+// a request nothing can run fails here, naming the site and the unmet requirements.
+void plan_for(const ModelConfig& cfg, Backend& be, const ModelOptions& opt) {
+  be.install_plan(be.make_plan(model_op_sites(cfg, opt.numerics, opt.layers), opt.numerics));
+}
+
+// The model of `cfg` over `st`, binding its weights under a load meter (progress reports).
+std::unique_ptr<Model> build(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
+                             const std::string& tokenizer_json) {
+  LoadMeter meter(opt.on_progress, expected_load(*st, cfg, opt), opt.progress_interval_s);
+  std::unique_ptr<Model> m;
+  if (cfg.arch == Arch::V4) m = std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt, &meter);
+  else m = std::make_unique<V41Model>(std::move(cfg), std::move(st), be, opt, tokenizer_json, &meter);
+  meter.finish(kernel_plan_summary(be, opt));
+  return m;
+}
 }  // namespace
+
+ModelConfig load_model_config(const std::string& dir) {
+  namespace fs = std::filesystem;
+  return load_config(fs::is_directory(dir) ? (fs::path(dir) / "config.json").string() : dir);
+}
 
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const ModelOptions& opt) {
   namespace fs = std::filesystem;
   std::unique_ptr<SafeTensors> st;
   ModelConfig cfg;
   if (opt.load_format == "dummy") {
-    cfg = load_config(fs::is_directory(dir) ? (fs::path(dir) / "config.json").string() : dir);
+    cfg = load_model_config(dir);
     for (int L : opt.layers)
       if (L < 0 || L >= cfg.n_layers) DIL_FAIL("layer ", L, " outside [0, ", cfg.n_layers, ")");
+    plan_for(cfg, be, opt);
     // Expert parallelism: only this rank's experts (the model binds no others).
     int e_lo = 0, e_hi = -1;
     if (opt.comm && opt.comm->size() > 1) {
@@ -38,9 +56,8 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
       e_hi = int(int64_t(cfg.n_routed) * (opt.comm->rank() + 1) / opt.comm->size());
     }
     st = std::make_unique<SafeTensors>(make_dummy_checkpoint(cfg, opt.layers, opt.seed, e_lo, e_hi));
-    if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
-      // No tokenizer: Engram layers cannot be built from dummy weights (the model says so).
-    return std::make_unique<V41Model>(std::move(cfg), std::move(st), be, opt, "");
+    // No tokenizer: Engram layers cannot be built from dummy weights (the model says so).
+    return build(std::move(cfg), std::move(st), be, opt, "");
   }
   if (opt.load_format != "safetensors") DIL_FAIL("unknown load format '", opt.load_format, "' (safetensors or dummy)");
   if (!fs::is_directory(dir)) DIL_FAIL("model folder ", dir, " does not exist");
@@ -56,11 +73,11 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
     if (rep.errors.size() > 20) msg += "\n  ...";
     DIL_FAIL(msg);
   }
-  if (cfg.arch == Arch::V4) return std::make_unique<V4Model>(std::move(cfg), std::move(st), be, opt);
   const std::string tok = (fs::path(dir) / "tokenizer.json").string();
-  if (!cfg.engram_layers.empty() && !fs::exists(tok))
+  if (cfg.arch == Arch::V41 && !cfg.engram_layers.empty() && !fs::exists(tok))
     DIL_FAIL("model folder ", dir, " has no tokenizer.json (V4.1's Engram hashes derive from it)");
-  return std::make_unique<V41Model>(std::move(cfg), std::move(st), be, opt, tok);
+  plan_for(cfg, be, opt);
+  return build(std::move(cfg), std::move(st), be, opt, tok);
 }
 
 }  // namespace dil

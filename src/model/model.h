@@ -7,15 +7,14 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/numerics.h"
+#include "dil/load_progress.h"
 #include "model/config.h"
 #include "model/profiler.h"
 
 namespace dil {
 
 class Communicator;  // dist/communicator.h
-
-enum class Numerics { Official, Reference };
-Numerics parse_numerics(const std::string& s);  // "official" | "reference"; throws dil::Error
 
 struct ModelOptions {
   Numerics numerics = Numerics::Official;
@@ -34,6 +33,10 @@ struct ModelOptions {
   // must call forward() for every step, with an empty batch when it has no tokens.
   // nullptr or R = 1: the single-rank model, no communicator calls.
   Communicator* comm = nullptr;
+  // Load progress (tensors and bytes bound, model/load_meter.h): called at the start, at most
+  // every progress_interval_s while binding, and once when done. Empty: no reports.
+  LoadProgressFn on_progress;
+  double progress_interval_s = 0.25;
 };
 
 // One sequence's share of a step. Its recurrent state lives in `slot`; its compressed rows
@@ -52,7 +55,7 @@ struct StepBatch {
   std::vector<int32_t> tokens;  // concatenation of every chunk's tokens
   std::vector<SeqChunk> seqs;
   // Expert-parallel runs: every rank's token count for this step, in rank order, agreed on the
-  // host before the step (agree_step_tokens in dist/step_agreement.h) so that the forward
+  // host before the step (the engine or DpEngine exchanges them through the Communicator) so that the forward
   // never waits on the host. Empty: forward() agrees itself, before any device work.
   std::vector<int64_t> rank_tokens;
 };
@@ -82,7 +85,17 @@ class Model {
   StepProfiler* prof_ = nullptr;
 };
 
-// Loads config.json + safetensors from `dir`, validates every tensor, builds the model on `be`.
+// Loads config.json + safetensors from `dir`, validates every tensor, resolves the backend's
+// kernel plan for the model's op sites (failing before any weight is bound when nothing can run
+// one) and installs it, then builds the model on `be`.
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const ModelOptions& opt);
+
+// Every op site of the model the config describes (backend/plan.h), in the numerics mode, for
+// the given backbone layers (empty: all): what the forward calls, layer kind by layer kind,
+// with the weight formats of the schema. The backends check every call against the installed
+// plan, so this list and the forward cannot drift apart unnoticed.
+std::vector<OpSite> model_op_sites(const ModelConfig& cfg, Numerics n, const std::vector<int>& layers = {});
+// The config of a model folder, a config.json, or (load_format dummy) either.
+ModelConfig load_model_config(const std::string& dir_or_config);
 
 }  // namespace dil

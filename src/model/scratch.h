@@ -13,9 +13,7 @@ class Scratch {
   explicit Scratch(Backend& be) : be_(be) {}
   Tensor f32(std::initializer_list<int64_t> dims) { return make(DType::F32, dims); }
   Tensor i32(std::initializer_list<int64_t> dims) { return make(DType::I32, dims); }
-  std::vector<Buffer>* storage() { return &bufs_; }
-
- private:
+  // An activation of the model's numerics (activation_dtype: bf16 in fast, else f32).
   Tensor make(DType t, std::initializer_list<int64_t> dims) {
     Tensor v(nullptr, t, dims, be_.device());
     Buffer b = be_.alloc(std::max<size_t>(v.nbytes(), 4));
@@ -23,6 +21,9 @@ class Scratch {
     bufs_.push_back(std::move(b));
     return v;
   }
+  std::vector<Buffer>* storage() { return &bufs_; }
+
+ private:
   Backend& be_;
   std::vector<Buffer> bufs_;
 };

@@ -106,16 +106,23 @@ std::array<RopeTable, 2> make_rope_tables(const ModelConfig& cfg, Backend& be, s
   return tables;
 }
 
-void fill_uniform(Backend& be, Buffer& b, uint64_t seed) {
+void fill_uniform(Backend& be, Buffer& b, uint64_t seed, DType dt) {
   if (!b.data()) return;
-  const size_t n = b.bytes() / 4;
+  DIL_CHECK(dt == DType::F32 || dt == DType::BF16, "fill_uniform: f32 or bf16");
+  const size_t n = b.bytes() / dtype_size(dt);
   std::vector<float> host(n);
   uint64_t s = seed;
   for (size_t i = 0; i < n; ++i) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     host[i] = float(int64_t(s >> 40) - (1ll << 23)) / float(1 << 23);
   }
-  be.upload(Tensor(b.data(), DType::F32, {int64_t(n)}, be.device()), host.data());
+  if (dt == DType::F32) {
+    be.upload(Tensor(b.data(), DType::F32, {int64_t(n)}, be.device()), host.data());
+    return;
+  }
+  std::vector<uint16_t> h16(n);
+  for (size_t i = 0; i < n; ++i) h16[i] = f32_to_bf16(host[i]);
+  be.upload(Tensor(b.data(), DType::BF16, {int64_t(n)}, be.device()), h16.data());
 }
 
 }  // namespace dil

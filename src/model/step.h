@@ -32,6 +32,6 @@ std::vector<int64_t> logit_rows(const StepBatch& batch, const StepMeta& m);
 std::array<RopeTable, 2> make_rope_tables(const ModelConfig& cfg, Backend& be, std::vector<Buffer>* storage);
 // Uniform [-1, 1) f32 contents for a cache buffer (benchmarks' synthesized context); no-op
 // for an unallocated buffer.
-void fill_uniform(Backend& be, Buffer& b, uint64_t seed);
+void fill_uniform(Backend& be, Buffer& b, uint64_t seed, DType dt = DType::F32);  // values in [-1, 1), f32 or bf16
 
 }  // namespace dil

@@ -9,9 +9,10 @@
 namespace dil {
 
 V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
-                   const std::string& tokenizer_json)
-    : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), official_(opt.numerics == Numerics::Official),
-      binder_(*st_, be, cfg_), ep_(opt.comm, cfg_.n_routed) {
+                   const std::string& tokenizer_json, LoadMeter* meter)
+    : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), numerics_(opt.numerics), official_(quantizes(opt.numerics)),
+      act_(activation_dtype(opt.numerics)),
+      binder_(*st_, be, cfg_, meter), ep_(opt.comm, cfg_.n_routed) {
   if (cfg_.gate_temp != 1.0f) DIL_FAIL("gate_temp ", cfg_.gate_temp, " is not supported (the release uses 1.0)");
   // Layers to build and run: all, or a subset (benchmarks) that must hold the kv / index /
   // candidate sources its layers read.
@@ -34,6 +35,7 @@ V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be
     bind_layer(layers_[size_t(L)], L);
     layers_[size_t(L)].rope = tables[cfg_.ratio(L) > 0 ? 1 : 0];
   }
+  binder_.end_load();
 }
 
 void V41Model::bind_layer(Layer& l, int L) {
@@ -98,16 +100,18 @@ void V41Model::bind_layer(Layer& l, int L) {
   }
 }
 
-// Byte counts of the f32 cache layout allocate_cache makes.
+// Byte counts of the cache layout allocate_cache makes: rows in the activation dtype (f32, or
+// bf16 in fast numerics), compressor state f32.
 CacheSpec V41Model::cache_spec(int block_tokens) const {
   CacheSpec cs;
   cs.block_tokens = block_tokens;
   const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
+  const size_t es = dtype_size(act_);
   for (const Layer& l : layers_) {
-    cs.bytes_per_slot += W * hd * 4;
+    cs.bytes_per_slot += W * hd * es;
     if (!l.kv_source) continue;
     const size_t m = size_t(l.ratio);
-    cs.bytes_per_block += size_t(block_tokens) / m * (hd + di) * 4;
+    cs.bytes_per_block += size_t(block_tokens) / m * (hd + di) * es;
     if (m > 1) cs.bytes_per_slot += 2 * m * hd * 4;
   }
   cs.bytes_per_slot += size_t(std::max(cfg_.engram_max_ngram - 1, 0)) * 4;
@@ -118,13 +122,14 @@ void V41Model::allocate_cache(int n_blocks, int n_slots, int block_tokens) {
   DIL_CHECK(block_tokens % 128 == 0, "block_tokens must be a multiple of 128");
   cache_ = {n_blocks, n_slots, block_tokens};
   const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
+  const size_t es = dtype_size(act_);
   for (Layer& l : layers_) {
     if (!l.active) continue;
-    l.ring = be_.alloc(size_t(n_slots) * W * hd * 4);
+    l.ring = be_.alloc(size_t(n_slots) * W * hd * es);
     if (!l.kv_source) continue;
     const size_t m = size_t(l.ratio), rows = size_t(n_blocks) * (size_t(block_tokens) / m);
-    l.comp_rows = be_.alloc(rows * hd * 4);
-    l.idx_rows = be_.alloc(rows * di * 4);
+    l.comp_rows = be_.alloc(rows * hd * es);
+    l.idx_rows = be_.alloc(rows * di * es);
     if (m > 1) {
       l.cstate_kv = be_.alloc(size_t(n_slots) * m * hd * 4);
       l.cstate_score = be_.alloc(size_t(n_slots) * m * hd * 4);
@@ -140,12 +145,12 @@ void V41Model::write_source_rows(Layer& l, const Tensor& x, const StepMeta& m, S
   const int64_t T = x.size(0), hd = cfg_.head_dim, di = cfg_.index_head_dim;
   const int ratio = l.ratio, rpb = cache_.block_tokens / ratio;
   EmitPlan plan = plan_emits(m, ratio, be_, s.storage());
-  Tensor a = s.f32({T, hd});
+  Tensor a = s.f32({T, hd});  // f32: the compressor's projections and pooling run in fp32
   be_.linear(x, l.cwkv, 0, a);
-  Tensor latent;  // [plan.n, hd]
+  Tensor latent;  // [plan.n, hd] activation
   if (ratio == 1) {
     DIL_CHECK(plan.n == T, "ratio-1 compressor: every token emits");
-    latent = s.f32({T, hd});
+    latent = act(s, {T, hd});
     be_.rms_norm(a, l.cnorm, cfg_.norm_eps, latent);
   } else {
     // Softmax-gated pooling of the m tokens of a window, per channel; no APE, no overlap.
@@ -155,27 +160,27 @@ void V41Model::write_source_rows(Layer& l, const Tensor& x, const StepMeta& m, S
     if (!fresh.empty()) be_.reset_state(st_kv, st_sc, fresh);
     Tensor g = s.f32({T, hd});
     be_.linear(x, l.cwgate, 0, g);
-    Tensor pooled = s.f32({std::max(plan.n, 1), hd});
+    Tensor pooled = act(s, {std::max(plan.n, 1), hd});
     CompressorArgs ca;
     ca.a = a; ca.g = g; ca.state_kv = st_kv; ca.state_score = st_sc;
     ca.ratio = ratio; ca.overlap = false; ca.dc = int(hd); ca.out = pooled;
     be_.compressor(ca, plan, m);
     if (plan.n == 0) return;
-    latent = s.f32({plan.n, hd});
+    latent = act(s, {plan.n, hd});
     be_.rms_norm(pooled.rows(0, plan.n), l.cnorm, cfg_.norm_eps, latent);
   }
   const int64_t n = plan.n;
   // Indexer keys from the pre-RoPE latent: k_norm(wk c), RoPE at w*m, FP4 (ue8m0 per 32).
-  Tensor k0 = s.f32({n, di}), k = s.f32({n, di});
+  Tensor k0 = act(s, {n, di}), k = act(s, {n, di});
   be_.linear(latent, l.iwk, 0, k0);
   be_.rms_norm(k0, l.iknorm, cfg_.norm_eps, k);
   be_.rope(k.view({n, 1, di}), plan.pos, l.rope, false);
   if (official_) be_.fp4_qdq(k, 32, false);
-  be_.paged_write(k, l.idx_rows.as(DType::F32, {cache_.n_blocks, rpb, di}), rpb, plan, m);
+  be_.paged_write(k, l.idx_rows.as(act_, {cache_.n_blocks, rpb, di}), rpb, plan, m);
   // Main row: RoPE at w*m, FP4 over all dims with E4M3 scales per 16.
   be_.rope(latent.view({n, 1, hd}), plan.pos, l.rope, false);
   if (official_) be_.fp4_qdq(latent, 16, true);
-  be_.paged_write(latent, l.comp_rows.as(DType::F32, {cache_.n_blocks, rpb, hd}), rpb, plan, m);
+  be_.paged_write(latent, l.comp_rows.as(act_, {cache_.n_blocks, rpb, hd}), rpb, plan, m);
 }
 
 Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared& sh, Scratch& s) {
@@ -183,14 +188,14 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
   const int ab = act_block();
   auto proj = std::make_unique<ProfileScope>(prof_, "projections");
   // Query: wq_b(q_norm(wq_a x)), no per-head norm (V4.1), RoPE on the last rope dims.
-  Tensor qa = s.f32({T, cfg_.q_lora_rank}), qr = s.f32({T, cfg_.q_lora_rank});
+  Tensor qa = act(s, {T, cfg_.q_lora_rank}), qr = act(s, {T, cfg_.q_lora_rank});
   be_.linear(x, l.wq_a, ab, qa);
   be_.rms_norm(qa, l.q_norm, cfg_.norm_eps, qr);
-  Tensor q = s.f32({T, H, hd});
+  Tensor q = act(s, {T, H, hd});
   be_.linear(qr, l.wq_b, ab, q.view({T, H * hd}));
   be_.rope(q, m.tok_pos, l.rope, false);
   // Window row: kv_norm(wkv x), RoPE, FP8 round trip of all dims in blocks of 32.
-  Tensor kv0 = s.f32({T, hd}), kv = s.f32({T, hd});
+  Tensor kv0 = act(s, {T, hd}), kv = act(s, {T, hd});
   be_.linear(x, l.wkv, ab, kv0);
   be_.rms_norm(kv0, l.kv_norm, cfg_.norm_eps, kv);
   be_.rope(kv.view({T, 1, hd}), m.tok_pos, l.rope, false);
@@ -198,10 +203,9 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
 
   proj.reset();
   AttnArgs a;
-  a.split_bf16 = official_;  // tensor cores allowed in official numerics (backend.h)
   a.q = q;
   a.kv_new = kv;
-  a.ring = l.ring.as(DType::F32, {cache_.n_slots, cfg_.window, hd});
+  a.ring = l.ring.as(act_, {cache_.n_slots, cfg_.window, hd});
   a.sink = l.sink;
   a.scale = float(1.0 / std::sqrt(double(hd)));
   a.window = cfg_.window;
@@ -215,19 +219,18 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
     if (l.index_source) {
       ProfileScope ps(prof_, "indexer");
       const int64_t Hi = cfg_.index_heads, di = cfg_.index_head_dim;
-      Tensor qi = s.f32({T, Hi, di});
+      Tensor qi = act(s, {T, Hi, di});
       be_.linear(qr, l.iwq_b, ab, qi.view({T, Hi * di}));
       be_.rope(qi, m.tok_pos, l.rope, false);
       if (official_) be_.fp4_qdq(qi.view({T * Hi, di}), 32, false);  // no Hadamard in V4.1
       // The head weights' constant factor di^-0.5 * Hi^-0.5 is positive: it cannot change a
       // selection (rows or candidate blocks), so it is omitted as in V4.
-      Tensor w = s.f32({T, Hi});
+      Tensor w = act(s, {T, Hi});
       be_.linear(x, l.iweights, 0, w);
       IndexerArgs ia;
       ia.q = qi; ia.w = w; ia.ratio = l.ratio; ia.rows_per_block = rpb;
-      ia.keys = src.idx_rows.as(DType::F32, {cache_.n_blocks, rpb, di});
+      ia.keys = src.idx_rows.as(act_, {cache_.n_blocks, rpb, di});
       ia.topk = cfg_.index_topk; ia.out_idx = sh.sel; ia.sort_ascending = true;
-      ia.fp4_blocks = official_;  // q above, keys in the kv-source layer: FP4-QDQ'd per 32
       if (l.cand_source || l.uses_cand) {
         ia.cand_block = cfg_.candidate_block_size;
         ia.cand_topk = cfg_.candidate_topk_blocks;
@@ -237,10 +240,10 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
     }
     a.comp_ratio = l.ratio;
     a.rows_per_block = rpb;
-    a.comp = src.comp_rows.as(DType::F32, {cache_.n_blocks, rpb, hd});
+    a.comp = src.comp_rows.as(act_, {cache_.n_blocks, rpb, hd});
     a.comp_idx = sh.sel;  // the latest index source's rows (Reuse layers share them)
   }
-  return attention_output(be_, prof_, cfg_, l, a, kv, m, ab, official_, s);
+  return attention_output(be_, prof_, cfg_, l, a, kv, m, ab, s);
 }
 
 Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, Scratch& s) {
@@ -257,9 +260,10 @@ Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, 
   r.out_idx = s.i32({T, k});
   be_.moe_route(r);
   gate.reset();
-  Tensor out = ep_.experts(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);  // [T, D] routed sum
+  Tensor routed = ep_.experts(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);  // [T, D] f32 routed sum
   ProfileScope ps(prof_, "moe shared");
-  be_.add(out, shared_expert(be_, x, l.sw1, l.sw2, l.sw3, act_block(), cfg_.swiglu_limit, s), out);
+  Tensor out = act(s, {T, cfg_.dim});  // bf16(routed + shared) in fast numerics, as the official MoE
+  be_.add(routed, shared_expert(be_, x, l.sw1, l.sw2, l.sw3, act_block(), cfg_.swiglu_limit, s), out);
   return out;
 }
 
@@ -290,8 +294,15 @@ void V41Model::engram(Layer& l, const StepBatch& batch, const StepMeta& m, Tenso
     for (int64_t c = 0; c < hd; ++c)
       emb[size_t(i * hd + c)] = e4m3_to_f32(wt[r * hd + c]) * e8m0_to_f32(sc[r * B + c / 32]);
   }
-  Tensor et = s.f32({T, C * hd}), kv = s.f32({T, (cfg_.hc_mult + 1) * cfg_.dim});
-  be_.upload(et, emb.data());
+  // The dequantized rows (e4m3 x 2^k) are exact in bf16: the activation dtype holds them.
+  Tensor et = act(s, {T, C * hd}), kv = act(s, {T, (cfg_.hc_mult + 1) * cfg_.dim});
+  if (act_ == DType::BF16) {
+    std::vector<uint16_t> e16(emb.size());
+    for (size_t i = 0; i < emb.size(); ++i) e16[i] = f32_to_bf16(emb[i]);
+    be_.upload(et, e16.data());
+  } else {
+    be_.upload(et, emb.data());
+  }
   be_.linear(et, e.wkv, act_block(), kv);
   be_.engram_mix(X, kv, e.qk, Tensor(), cfg_.norm_eps, X2);
   std::swap(X, X2);
@@ -301,6 +312,7 @@ MoeExpertsArgs V41Model::experts_args(Layer& l) const {
   MoeExpertsArgs e;
   e.w1 = &l.w1; e.w2 = &l.w2; e.w3 = &l.w3;
   e.act_block = act_block(); e.swiglu_limit = cfg_.swiglu_limit;
+  e.round_bf16 = numerics_ == Numerics::Fast;
   return e;
 }
 
@@ -310,7 +322,7 @@ void V41Model::forward_idle(const ExpertParallel::Step& ep) {
   for (Layer& l : layers_) {
     if (!l.active) continue;
     Scratch s(be_);
-    Tensor x = s.f32({0, cfg_.dim}), w = s.f32({0, cfg_.topk}), idx = s.i32({0, cfg_.topk});
+    Tensor x = act(s, {0, cfg_.dim}), w = s.f32({0, cfg_.topk}), idx = s.i32({0, cfg_.topk});
     ep_.routed(be_, prof_, experts_args(l), x, w, idx, ep, s);
   }
 }
@@ -340,9 +352,9 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   }
 
   auto other = std::make_unique<ProfileScope>(prof_, "embed+head");
-  Tensor e = step.f32({T, D});
+  Tensor e = act(step, {T, D});
   be_.embed(embed_, p.ids, e);
-  Tensor X = step.f32({T, n, D}), X2 = step.f32({T, n, D});
+  Tensor X = act(step, {T, n, D}), X2 = act(step, {T, n, D});  // residual streams
   be_.hc_expand(e, int(n), X);
   other.reset();
   // Single-pass mHC: each sublayer collapses with the previous sublayer's pre; the first
@@ -363,7 +375,7 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
       engram(l, batch, m, X, X2, s);
     }
     auto mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
-    Tensor u = s.f32({T, D}), xn = s.f32({T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
+    Tensor u = act(s, {T, D}), xn = act(s, {T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
     HcArgs ha{l.hc_attn.fn, l.hc_attn.base, l.hc_attn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
     be_.hc_mix(X, ha, a_pre, post, comb);
     be_.hc_collapse(X, pre_mix, u);
@@ -402,13 +414,13 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
   if (R == 0) return;
   // No hc head: collapse with the last sublayer's pre, final norm, fp32 head.
-  Tensor Xh = step.f32({R, n, D}), ph = step.f32({R, n});
+  Tensor Xh = act(step, {R, n, D}), ph = step.f32({R, n});
   for (int64_t i = 0; i < R; ++i) {
     const int64_t r = rows[size_t(i)];
     be_.copy(Xh.rows(i, i + 1), X.rows(r, r + 1));
     be_.copy(ph.rows(i, i + 1), pre_mix.rows(r, r + 1));
   }
-  Tensor h = step.f32({R, D}), hn = step.f32({R, D}), lg = step.f32({R, cfg_.vocab_size});
+  Tensor h = act(step, {R, D}), hn = act(step, {R, D}), lg = step.f32({R, cfg_.vocab_size});
   be_.hc_collapse(Xh, ph, h);
   be_.rms_norm(h, norm_, cfg_.norm_eps, hn);
   be_.linear(hn, head_, 0, lg);
@@ -424,7 +436,8 @@ namespace dil {
 void V41Model::randomize_cache(uint64_t seed) {
   for (Layer& l : layers_) {
     if (!l.active) continue;
-    for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows, &l.cstate_kv, &l.cstate_score}) fill_uniform(be_, *b, seed++);
+    for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows}) fill_uniform(be_, *b, seed++, act_);
+    for (Buffer* b : {&l.cstate_kv, &l.cstate_score}) fill_uniform(be_, *b, seed++);
   }
   const size_t keep = size_t(std::max(cfg_.engram_max_ngram - 1, 0));
   for (size_t i = 0; i < hist_.size(); ++i) {

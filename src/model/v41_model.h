@@ -22,8 +22,9 @@ namespace dil {
 class V41Model : public Model {
  public:
   // `tokenizer_json`: the model folder's tokenizer.json (Engram's compressed-token map).
+  // `meter`: load progress of the binding (the loader's; used only during construction).
   V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
-           const std::string& tokenizer_json);
+           const std::string& tokenizer_json, LoadMeter* meter = nullptr);
   const ModelConfig& config() const override { return cfg_; }
   CacheSpec cache_spec(int block_tokens) const override;
   void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;
@@ -64,12 +65,15 @@ class V41Model : public Model {
   MoeExpertsArgs experts_args(Layer& l) const;  // this rank's expert lists and MoE numerics
   void forward_idle(const ExpertParallel::Step& ep);  // a rank with no tokens joins every MoE collective
   void engram(Layer& l, const StepBatch& batch, const StepMeta& m, Tensor& X, Tensor& X2, Scratch& s);
-  int act_block() const { return official_ ? cfg_.act_block : 0; }
+  int act_block() const { return quantizes(numerics_) ? cfg_.act_block : 0; }
+  Tensor act(Scratch& s, std::initializer_list<int64_t> dims) const { return s.make(act_, dims); }
 
   ModelConfig cfg_;
   std::unique_ptr<SafeTensors> st_;
   Backend& be_;
-  bool official_;
+  Numerics numerics_;
+  bool official_;  // the official quantization points (official or fast numerics)
+  DType act_;      // activations between ops (activation_dtype(numerics_))
   WeightBinder binder_;
   ExpertParallel ep_;  // routed experts held by this rank, the EP collectives
   EngramHash ehash_;

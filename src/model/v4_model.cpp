@@ -8,9 +8,11 @@
 
 namespace dil {
 
-V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt)
-    : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), official_(opt.numerics == Numerics::Official),
-      binder_(*st_, be, cfg_), ep_(opt.comm, cfg_.n_routed) {
+V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
+                 LoadMeter* meter)
+    : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), numerics_(opt.numerics), official_(quantizes(opt.numerics)),
+      act_(activation_dtype(opt.numerics)),
+      binder_(*st_, be, cfg_, meter), ep_(opt.comm, cfg_.n_routed) {
   embed_ = binder_.matrix("embed");
   head_ = binder_.matrix("head");
   norm_ = binder_.tensor("norm.weight");
@@ -28,6 +30,7 @@ V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, 
     bind_block(l, "layers." + std::to_string(L) + ".", cfg_.ratio(L), cfg_.is_hash_layer(L));
     l.rope = tables[l.ratio > 0 ? 1 : 0];
   }
+  binder_.end_load();
 }
 
 void V4Model::bind_block(Layer& l, const std::string& p, int ratio, bool hash) {
@@ -54,19 +57,21 @@ void V4Model::bind_block(Layer& l, const std::string& p, int ratio, bool hash) {
   else l.gate_bias = b.tensor(p + "ffn.gate.bias");
 }
 
-// Byte counts of the f32 cache layout this model allocates (see allocate_cache).
+// Byte counts of the cache layout this model allocates (see allocate_cache): rows in the
+// activation dtype (f32, or bf16 in fast numerics), compressor state f32.
 CacheSpec V4Model::cache_spec(int block_tokens) const {
   CacheSpec cs;
   cs.block_tokens = block_tokens;
   const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
+  const size_t es = dtype_size(act_);
   for (const Layer& l : layers_) {
-    cs.bytes_per_slot += W * hd * 4;
+    cs.bytes_per_slot += W * hd * es;
     if (l.ratio == 0) continue;
     size_t m = size_t(l.ratio);
-    cs.bytes_per_block += size_t(block_tokens) / m * hd * 4;
+    cs.bytes_per_block += size_t(block_tokens) / m * hd * es;
     cs.bytes_per_slot += 2 * (l.comp.overlap ? 2 * m * 2 * hd : m * hd) * 4;
     if (l.ratio == 4) {
-      cs.bytes_per_block += size_t(block_tokens) / 4 * di * 4;
+      cs.bytes_per_block += size_t(block_tokens) / 4 * di * es;
       cs.bytes_per_slot += 2 * (2 * m * 2 * di) * 4;
     }
   }
@@ -77,16 +82,17 @@ void V4Model::allocate_cache(int n_blocks, int n_slots, int block_tokens) {
   DIL_CHECK(block_tokens % 128 == 0, "block_tokens must be a multiple of 128");
   cache_ = {n_blocks, n_slots, block_tokens};
   const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
+  const size_t es = dtype_size(act_);
   for (Layer& l : layers_) {
-    l.ring = be_.alloc(size_t(n_slots) * W * hd * 4);
+    l.ring = be_.alloc(size_t(n_slots) * W * hd * es);
     if (l.ratio == 0) continue;
     size_t m = size_t(l.ratio);
-    l.comp_rows = be_.alloc(size_t(n_blocks) * (size_t(block_tokens) / m) * hd * 4);
+    l.comp_rows = be_.alloc(size_t(n_blocks) * (size_t(block_tokens) / m) * hd * es);
     size_t cs = size_t(n_slots) * (l.comp.overlap ? 2 * m * 2 * hd : m * hd) * 4;
     l.cstate_kv = be_.alloc(cs);
     l.cstate_score = be_.alloc(cs);
     if (l.ratio == 4) {
-      l.idx_rows = be_.alloc(size_t(n_blocks) * (size_t(block_tokens) / 4) * di * 4);
+      l.idx_rows = be_.alloc(size_t(n_blocks) * (size_t(block_tokens) / 4) * di * es);
       size_t is = size_t(n_slots) * 2 * m * 2 * di * 4;
       l.istate_kv = be_.alloc(is);
       l.istate_score = be_.alloc(is);
@@ -112,16 +118,18 @@ void V4Model::compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Bu
   std::vector<int32_t> fresh = fresh_slots(m);
   if (!fresh.empty()) be_.reset_state(st_kv, st_sc, fresh);
   EmitPlan plan = plan_emits(m, ratio, be_, s.storage());
+  // The pooling runs in f32 (official: x.float() times f32 weights); the pooled row is then an
+  // activation (bf16(pooled) in fast numerics).
   Tensor a = s.f32({T, coff * dc}), g = s.f32({T, coff * dc});
   be_.linear(x, c.wkv, 0, a);
   be_.linear(x, c.wgate, 0, g);
-  Tensor pooled = s.f32({plan.n, dc});
+  Tensor pooled = act(s, {plan.n, dc});
   CompressorArgs ca;
   ca.a = a; ca.g = g; ca.ape = c.ape; ca.state_kv = st_kv; ca.state_score = st_sc;
   ca.ratio = ratio; ca.overlap = c.overlap; ca.dc = dc; ca.out = pooled;
   be_.compressor(ca, plan, m);
   if (plan.n == 0) return;
-  Tensor rn = s.f32({plan.n, dc});
+  Tensor rn = act(s, {plan.n, dc});
   be_.rms_norm(pooled, c.norm, cfg_.norm_eps, rn);
   // RoPE at the window's first position w*m (model-spec §3.6).
   be_.rope(rn.view({plan.n, 1, dc}), plan.pos, l.rope, false);
@@ -133,7 +141,7 @@ void V4Model::compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Bu
       be_.fp8_qdq(rn, dc - cfg_.rope_dims, 64);
     }
   }
-  Tensor cache = rows_cache.as(DType::F32, {cache_.n_blocks, rpb, dc});
+  Tensor cache = rows_cache.as(act_, {cache_.n_blocks, rpb, dc});
   be_.paged_write(rn, cache, rpb, plan, m);
 }
 
@@ -142,15 +150,15 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
   const int ab = act_block(), rd = cfg_.rope_dims;
   auto proj = std::make_unique<ProfileScope>(prof_, "projections");
   // Query path: q_norm(wq_a x) also feeds the indexer.
-  Tensor qa = s.f32({T, cfg_.q_lora_rank}), qr = s.f32({T, cfg_.q_lora_rank});
+  Tensor qa = act(s, {T, cfg_.q_lora_rank}), qr = act(s, {T, cfg_.q_lora_rank});
   be_.linear(x, l.wq_a, ab, qa);
   be_.rms_norm(qa, l.q_norm, cfg_.norm_eps, qr);
-  Tensor q0 = s.f32({T, H, hd}), q = s.f32({T, H, hd});
+  Tensor q0 = act(s, {T, H, hd}), q = act(s, {T, H, hd});
   be_.linear(qr, l.wq_b, ab, q0.view({T, H * hd}));
   be_.rms_norm(q0.view({T * H, hd}), Tensor(), cfg_.norm_eps, q.view({T * H, hd}));  // per-head, unweighted (V4)
   be_.rope(q, m.tok_pos, l.rope, false);
   // Window KV row of every token: kv_norm(wkv x), RoPE, FP8 round trip of the nope dims.
-  Tensor kv0 = s.f32({T, hd}), kv = s.f32({T, hd});
+  Tensor kv0 = act(s, {T, hd}), kv = act(s, {T, hd});
   be_.linear(x, l.wkv, ab, kv0);
   be_.rms_norm(kv0, l.kv_norm, cfg_.norm_eps, kv);
   be_.rope(kv.view({T, 1, hd}), m.tok_pos, l.rope, false);
@@ -158,10 +166,9 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
 
   proj.reset();
   AttnArgs a;
-  a.split_bf16 = official_;  // tensor cores allowed in official numerics (backend.h)
   a.q = q;
   a.kv_new = kv;
-  a.ring = l.ring.as(DType::F32, {cache_.n_slots, cfg_.window, hd});
+  a.ring = l.ring.as(act_, {cache_.n_slots, cfg_.window, hd});
   a.sink = l.sink;
   a.scale = float(1.0 / std::sqrt(double(hd)));
   a.window = cfg_.window;
@@ -172,7 +179,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
     }
     a.comp_ratio = l.ratio;
     a.rows_per_block = cache_.block_tokens / l.ratio;
-    a.comp = l.comp_rows.as(DType::F32, {cache_.n_blocks, a.rows_per_block, hd});
+    a.comp = l.comp_rows.as(act_, {cache_.n_blocks, a.rows_per_block, hd});
     if (l.ratio == 4) {
       // Lightning indexer (model-spec §3.7).
       const int64_t Hi = cfg_.index_heads, di = cfg_.index_head_dim;
@@ -181,7 +188,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
         compress(l, l.icomp, x, l.istate_kv, l.istate_score, l.idx_rows, int(di), true, m, s);
       }
       ProfileScope ps(prof_, "indexer");
-      Tensor qi = s.f32({T, Hi, di});
+      Tensor qi = act(s, {T, Hi, di});
       be_.linear(qr, l.iwq_b, ab, qi.view({T, Hi * di}));
       be_.rope(qi, m.tok_pos, l.rope, false);
       if (official_) {
@@ -190,19 +197,18 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
       }
       // The official weights are scaled by di^-0.5 * Hi^-0.5; a positive constant factor does
       // not change the top-k selection, which is all the scores are used for, so it is omitted.
-      Tensor w = s.f32({T, Hi});
+      Tensor w = act(s, {T, Hi});
       be_.linear(x, l.iweights, 0, w);
       Tensor idx = s.i32({T, cfg_.index_topk});
       IndexerArgs ia;
       ia.q = qi; ia.w = w; ia.ratio = 4; ia.rows_per_block = cache_.block_tokens / 4;
-      ia.keys = l.idx_rows.as(DType::F32, {cache_.n_blocks, ia.rows_per_block, di});
+      ia.keys = l.idx_rows.as(act_, {cache_.n_blocks, ia.rows_per_block, di});
       ia.topk = cfg_.index_topk; ia.out_idx = idx;
-      ia.fp4_blocks = official_;  // q and keys FP4-QDQ'd above / in compress()
       be_.indexer_topk(ia, m);
       a.comp_idx = idx;
     }
   }
-  return attention_output(be_, prof_, cfg_, l, a, kv, m, ab, official_, s);
+  return attention_output(be_, prof_, cfg_, l, a, kv, m, ab, s);
 }
 
 Tensor V4Model::moe(Layer& l, const Tensor& x, const Tensor& ids, const ExpertParallel::Step& ep, Scratch& s) {
@@ -217,9 +223,10 @@ Tensor V4Model::moe(Layer& l, const Tensor& x, const Tensor& ids, const ExpertPa
   r.out_idx = s.i32({T, k});
   be_.moe_route(r);
   gate.reset();
-  Tensor out = ep_.experts(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);  // [T, D] routed sum
+  Tensor routed = ep_.experts(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);  // [T, D] f32 routed sum
   ProfileScope ps(prof_, "moe shared");
-  be_.add(out, shared_expert(be_, x, l.sw1, l.sw2, l.sw3, act_block(), cfg_.swiglu_limit, s), out);
+  Tensor out = act(s, {T, cfg_.dim});  // bf16(routed + shared) in fast numerics, as the official MoE
+  be_.add(routed, shared_expert(be_, x, l.sw1, l.sw2, l.sw3, act_block(), cfg_.swiglu_limit, s), out);
   return out;
 }
 
@@ -243,15 +250,15 @@ void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
     DIL_CHECK(m.h_slot[size_t(s)] >= 0 && m.h_slot[size_t(s)] < cache_.n_slots, "slot out of range");
 
   auto other = std::make_unique<ProfileScope>(prof_, "embed+head");
-  Tensor e = step.f32({T, D});
+  Tensor e = act(step, {T, D});
   be_.embed(embed_, p.ids, e);
-  Tensor X = step.f32({T, n, D}), X2 = step.f32({T, n, D});
+  Tensor X = act(step, {T, n, D}), X2 = act(step, {T, n, D});  // residual streams
   be_.hc_expand(e, int(n), X);
   other.reset();
   for (Layer& l : layers_) {
     ProfileScope layer_scope(prof_, l.ratio == 0 ? "layer:SWA" : l.ratio == 4 ? "layer:CSA" : "layer:HCA");
     Scratch s(be_);  // this layer's temporaries
-    Tensor u = s.f32({T, D}), xn = s.f32({T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
+    Tensor u = act(s, {T, D}), xn = act(s, {T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
     auto mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     hc_pre(X, l.hc_attn, u, post, comb, s);
     be_.rms_norm(u, l.attn_norm, cfg_.norm_eps, xn);
@@ -275,12 +282,12 @@ void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   const int64_t R = int64_t(rows.size());
   logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
   if (R == 0) return;
-  Tensor Xh = step.f32({R, n, D});
+  Tensor Xh = act(step, {R, n, D});
   for (int64_t i = 0; i < R; ++i) be_.copy(Xh.rows(i, i + 1), X.rows(rows[size_t(i)], rows[size_t(i)] + 1));
   Tensor pre = step.f32({R, n}), post = step.f32({R, n}), comb = step.f32({R, n, n});
   HcArgs ha{hc_head_.fn, hc_head_.base, hc_head_.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
   be_.hc_mix(Xh, ha, pre, post, comb);
-  Tensor h = step.f32({R, D}), hn = step.f32({R, D}), lg = step.f32({R, cfg_.vocab_size});
+  Tensor h = act(step, {R, D}), hn = act(step, {R, D}), lg = step.f32({R, cfg_.vocab_size});
   be_.hc_collapse(Xh, pre, h);
   be_.rms_norm(h, norm_, cfg_.norm_eps, hn);
   be_.linear(hn, head_, 0, lg);
@@ -294,9 +301,10 @@ namespace dil {
 // Random contents for every cache buffer: a synthesized long context for the benchmarks.
 // Compressor scores stay finite so that a partially filled window pools real numbers.
 void V4Model::randomize_cache(uint64_t seed) {
-  for (Layer& l : layers_)
-    for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows, &l.cstate_kv, &l.cstate_score, &l.istate_kv, &l.istate_score})
-      fill_uniform(be_, *b, seed++);
+  for (Layer& l : layers_) {
+    for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows}) fill_uniform(be_, *b, seed++, act_);
+    for (Buffer* b : {&l.cstate_kv, &l.cstate_score, &l.istate_kv, &l.istate_score}) fill_uniform(be_, *b, seed++);
+  }
 }
 
 }  // namespace dil
@@ -308,7 +316,7 @@ namespace dil {
 void V4Model::forward_idle(const ExpertParallel::Step& ep) {
   for (Layer& l : layers_) {
     Scratch s(be_);
-    Tensor x = s.f32({0, cfg_.dim}), w = s.f32({0, cfg_.topk}), idx = s.i32({0, cfg_.topk});
+    Tensor x = act(s, {0, cfg_.dim}), w = s.f32({0, cfg_.topk}), idx = s.i32({0, cfg_.topk});
     ep_.routed(be_, prof_, experts_args(l), x, w, idx, ep, s);
   }
 }
@@ -317,6 +325,7 @@ MoeExpertsArgs V4Model::experts_args(Layer& l) const {
   MoeExpertsArgs e;
   e.w1 = &l.w1; e.w2 = &l.w2; e.w3 = &l.w3;
   e.act_block = act_block(); e.swiglu_limit = cfg_.swiglu_limit;
+  e.round_bf16 = numerics_ == Numerics::Fast;
   return e;
 }
 

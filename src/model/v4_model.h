@@ -14,7 +14,9 @@ namespace dil {
 
 class V4Model : public Model {
  public:
-  V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt);
+  // `meter`: load progress of the binding (the loader's; used only during construction).
+  V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
+          LoadMeter* meter = nullptr);
   const ModelConfig& config() const override { return cfg_; }
   CacheSpec cache_spec(int block_tokens) const override;
   void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;
@@ -49,12 +51,15 @@ class V4Model : public Model {
   void forward_idle(const ExpertParallel::Step& ep);  // a rank with no tokens joins every MoE collective
   void hc_pre(const Tensor& X, const Hc& hc, Tensor u, Tensor post, Tensor comb, Scratch& s);
 
-  int act_block() const { return official_ ? cfg_.act_block : 0; }
+  int act_block() const { return quantizes(numerics_) ? cfg_.act_block : 0; }
+  Tensor act(Scratch& s, std::initializer_list<int64_t> dims) const { return s.make(act_, dims); }
 
   ModelConfig cfg_;
   std::unique_ptr<SafeTensors> st_;
   Backend& be_;
-  bool official_;
+  Numerics numerics_;
+  bool official_;  // the official quantization points (official or fast numerics)
+  DType act_;      // activations between ops (activation_dtype(numerics_))
   WeightBinder binder_;
   Weight embed_, head_;
   Tensor norm_;

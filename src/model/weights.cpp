@@ -1,35 +1,59 @@
 #include "model/weights.h"
 
+#include "model/load_meter.h"
+
 namespace dil {
 
-Weight WeightBinder::matrix(const std::string& name) {
-  const StEntry& e = st_.at(name + ".weight");
-  DIL_CHECK(e.shape.size() == 2, name, ": a matrix must be 2-d");
+void WeightBinder::count(const StEntry& e) {
+  if (meter_) meter_->bound(e.nbytes);
+}
+
+Weight matrix_format(const std::string& name, DType dtype, const std::vector<int64_t>& shape, int weight_block) {
+  DIL_CHECK(shape.size() == 2, name, ": a matrix must be 2-d");
   Weight w;
-  w.out = e.shape[0];
-  w.w = e.tensor();
-  switch (e.dtype) {
+  w.out = shape[0];
+  switch (dtype) {
     case DType::F8E4M3:
       w.kind = Weight::Kind::FP8;
-      w.in = e.shape[1];
-      w.block_out = w.block_in = cfg_.weight_block;
-      w.scale = st_.at(name + ".scale").tensor();
+      w.in = shape[1];
+      w.block_out = w.block_in = weight_block;
       break;
     case DType::I8:
       w.kind = Weight::Kind::FP4;
-      w.in = e.shape[1] * 2;
+      w.in = shape[1] * 2;
       w.block_out = 1;
       w.block_in = 32;
-      w.scale = st_.at(name + ".scale").tensor();
       break;
-    case DType::BF16: w.kind = Weight::Kind::BF16; w.in = e.shape[1]; break;
-    case DType::F32: w.kind = Weight::Kind::F32; w.in = e.shape[1]; break;
-    default: DIL_FAIL("tensor ", name, ".weight in ", e.file, ": unsupported dtype ", dtype_name(e.dtype));
+    case DType::BF16: w.kind = Weight::Kind::BF16; w.in = shape[1]; break;
+    case DType::F32: w.kind = Weight::Kind::F32; w.in = shape[1]; break;
+    default: DIL_FAIL("tensor ", name, ".weight: unsupported dtype ", dtype_name(dtype));
   }
-  return be_.adopt_weight(w);
+  return w;
 }
 
-Tensor WeightBinder::tensor(const std::string& name) { return be_.adopt_tensor(st_.at(name).tensor()); }
+Weight WeightBinder::matrix(const std::string& name) {
+  const StEntry& e = st_.at(name + ".weight");
+  Weight w;
+  try {
+    w = matrix_format(name, e.dtype, e.shape, cfg_.weight_block);
+  } catch (const Error& err) {
+    DIL_FAIL(err.what(), " (in ", e.file, ")");
+  }
+  w.w = e.tensor();
+  const bool scaled = w.kind == Weight::Kind::FP8 || w.kind == Weight::Kind::FP4;
+  if (scaled) w.scale = st_.at(name + ".scale").tensor();
+  Weight dev = be_.adopt_weight(w);
+  count(e);
+  if (scaled) count(st_.at(name + ".scale"));
+  return dev;
+}
+
+Tensor WeightBinder::tensor(const std::string& name) {
+  const StEntry& e = st_.at(name);
+  Tensor dev = be_.adopt_tensor(e.tensor());
+  count(e);
+  return dev;
+}
 
 Tensor WeightBinder::table_i32(const std::string& name) {
   const StEntry& e = st_.at(name);
@@ -44,7 +68,9 @@ Tensor WeightBinder::table_i32(const std::string& name) {
   }
   Tensor t(b.data(), DType::I32, {e.shape[0], e.shape[1]});
   owned_.push_back(std::move(b));
-  return be_.adopt_tensor(t);
+  Tensor dev = be_.adopt_tensor(t);
+  count(e);  // the checkpoint's bytes, as expected_load counts them
+  return dev;
 }
 
 }  // namespace dil

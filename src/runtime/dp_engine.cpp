@@ -287,6 +287,7 @@ std::unique_ptr<DpEngine> make_dp_engine(const EngineOptions& opts, Backend& be,
   mo.numerics = parse_numerics(opts.numerics);
   mo.load_mtp = false;
   mo.comm = &comm;
+  mo.on_progress = opts.on_load_progress;
   auto model = load_model(opts.model_dir, be, mo);
   return std::make_unique<DpEngine>(opts, std::move(model), nullptr, comm);
 }

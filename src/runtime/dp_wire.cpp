@@ -100,7 +100,9 @@ void put_request(Writer& w, const GenRequest& r) {
   w.pod(uint8_t(s.seed.has_value()));
   w.pod(s.seed.value_or(0));
   w.pod(int32_t(s.logprobs));
+  w.ids(s.allowed_token_ids);
   w.pod(int32_t(r.stop.max_tokens));
+  w.pod(int32_t(r.stop.min_tokens));
   w.pod(uint8_t(r.stop.ignore_eos));
   w.ids(r.stop.stop_token_ids);
   w.pod(int32_t(r.dp_rank));
@@ -126,7 +128,9 @@ GenRequest get_request(Reader& rd) {
   const uint64_t seed = rd.pod<uint64_t>();
   if (has_seed) s.seed = seed;
   s.logprobs = rd.pod<int32_t>();
+  s.allowed_token_ids = rd.ids();
   r.stop.max_tokens = rd.pod<int32_t>();
+  r.stop.min_tokens = rd.pod<int32_t>();
   r.stop.ignore_eos = rd.boolean();
   r.stop.stop_token_ids = rd.ids();
   r.dp_rank = rd.pod<int32_t>();

@@ -69,6 +69,7 @@ class EngineImpl final : public Engine {
   // its output is complete. False when nothing is allowed (the sequence is then finished).
   bool finish_mask(Sequence* s, std::vector<uint64_t>& mask);
   void commit(Sequence* s, const SampleResult& r);
+  std::vector<int32_t> min_tokens_ban(const Sequence& s) const;
   void finish(Sequence* s, FinishReason why, std::string error = {});
   void publish_stats();
 
@@ -185,6 +186,9 @@ std::string EngineImpl::validate(const GenRequest& r) const {
   for (int32_t t : r.prompt)
     if (t < 0 || t >= vocab) return str_cat("prompt token id ", t, " is outside [0, ", vocab, ")");
   if (r.stop.max_tokens < 1) return "max_tokens must be at least 1";
+  if (r.stop.min_tokens < 0 || r.stop.min_tokens > r.stop.max_tokens) return "min_tokens must be in [0, max_tokens]";
+  for (int32_t t : r.sampling.allowed_token_ids)
+    if (t < 0 || t >= vocab) return str_cat("allowed_token_ids id ", t, " is outside [0, ", vocab, ")");
   if (int64_t(r.prompt.size()) + r.stop.max_tokens > opts_.max_model_len)
     return str_cat("prompt (", r.prompt.size(), " tokens) + max_tokens (", r.stop.max_tokens,
                    ") exceeds the maximum context length ", opts_.max_model_len);
@@ -266,6 +270,20 @@ void EngineImpl::commit(Sequence* s, const SampleResult& r) {
     sched_->finish(s);
     live_.erase(s->request_id);
   }
+}
+
+// Before min_tokens, what would stop the request (EOS unless ignored, stop ids) is masked, as
+// vLLM's min-tokens logits processor does; never when it would leave no allowed token.
+std::vector<int32_t> EngineImpl::min_tokens_ban(const Sequence& s) const {
+  std::vector<int32_t> ban;
+  if (s.num_generated() >= s.stop.min_tokens) return ban;
+  ban = s.stop.stop_token_ids;
+  if (!s.stop.ignore_eos) ban.push_back(info_.eos_token_id);
+  const auto& allowed = s.sampling.allowed_token_ids;
+  if (!allowed.empty() &&
+      std::all_of(allowed.begin(), allowed.end(), [&](int32_t t) { return std::find(ban.begin(), ban.end(), t) != ban.end(); }))
+    ban.clear();
+  return ban;
 }
 
 bool EngineImpl::step() {
@@ -352,8 +370,10 @@ bool EngineImpl::step() {
     ++row;
     if (s->constraint && !finish_mask(s, masks[k])) continue;
     std::span<const int32_t> all(s->tokens);
+    // A constrained row's mask already holds allowed_token_ids and the min_tokens ban.
+    const std::vector<int32_t> banned = s->constraint ? std::vector<int32_t>{} : min_tokens_ban(*s);
     SampleResult r = sample_token(lrow, s->sampling, all.first(s->prompt_len), all.subspan(s->prompt_len), s->seed,
-                                  s->len(), opts_.logprobs_mode, masks[k]);
+                                  s->len(), opts_.logprobs_mode, banned, masks[k]);
     const auto& stops = s->stop.stop_token_ids;
     const bool ends = (!s->stop.ignore_eos && r.token == info_.eos_token_id) ||
                       std::find(stops.begin(), stops.end(), r.token) != stops.end();
@@ -375,10 +395,25 @@ bool EngineImpl::finish_mask(Sequence* s, std::vector<uint64_t>& mask) {
   const bool complete = s->constraint->accepting();
   if (!s->stop.ignore_eos) complete ? allow(info_.eos_token_id) : forbid(info_.eos_token_id);
   for (int32_t t : s->stop.stop_token_ids) complete ? allow(t) : forbid(t);
-  if (std::any_of(mask.begin(), mask.end(), [](uint64_t w) { return w != 0; })) return true;
+  // allowed_token_ids and min_tokens narrow the grammar's choice here, so that the sampler
+  // never meets an empty intersection.
+  const auto& only = s->sampling.allowed_token_ids;
+  if (!only.empty()) {
+    std::vector<uint64_t> keep(mask.size(), 0);
+    for (int32_t t : only)
+      if (t >= 0 && t < vocab) keep[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+    for (size_t w = 0; w < mask.size(); ++w) mask[w] &= keep[w];
+  }
+  const auto any = [&] { return std::any_of(mask.begin(), mask.end(), [](uint64_t w) { return w != 0; }); };
+  // The ban yields when it would leave nothing (as min_tokens_ban does for allowed_token_ids):
+  // then only EOS/stop ids of a complete output remain, and the output cannot grow anyway.
+  const std::vector<uint64_t> unbanned = mask;
+  for (int32_t t : min_tokens_ban(*s)) forbid(t);
+  if (!any()) mask = unbanned;
+  if (any()) return true;
   // Nothing may follow: a complete output ends as if stopped; otherwise the grammar is stuck.
   if (complete) finish(s, FinishReason::Stop);
-  else finish(s, FinishReason::Error, "structured output: no token of the vocabulary can continue the required format");
+  else finish(s, FinishReason::Error, "structured output: no token of the vocabulary (or of allowed_token_ids) can continue the required format");
   return false;
 }
 

@@ -11,6 +11,7 @@ std::unique_ptr<Engine> make_engine(const EngineOptions& opts) {
   ModelOptions mo;
   mo.numerics = parse_numerics(opts.numerics);
   mo.load_mtp = false;  // the engine does not run speculative decoding yet
+  mo.on_progress = opts.on_load_progress;
   auto model = load_model(opts.model_dir, *backend, mo);
   return runtime::make_engine_with_model(opts, std::move(model), std::move(backend));
 }

@@ -105,7 +105,7 @@ void apply_filters(std::vector<float>& x, const SamplingParams& sp) {
 
 SampleResult sample_token(std::span<const float> logits, const SamplingParams& sp, std::span<const int32_t> prompt,
                           std::span<const int32_t> output, uint64_t seed, int64_t position, LogprobsMode mode,
-                          std::span<const uint64_t> allowed) {
+                          std::span<const int32_t> banned, std::span<const uint64_t> allowed) {
   const int32_t vocab = int32_t(logits.size());
   DIL_CHECK(vocab > 0, "empty logits row");
   DIL_CHECK(allowed.empty() || allowed.size() == (size_t(vocab) + 63) / 64, "mask of ", allowed.size(),
@@ -123,8 +123,16 @@ SampleResult sample_token(std::span<const float> logits, const SamplingParams& s
     }
     DIL_CHECK(any, "sample_token: the mask allows no token");
   }
+  if (!sp.allowed_token_ids.empty()) {
+    std::vector<float> kept(size_t(vocab), kNegInf);  // [vocab] f32
+    for (int32_t t : sp.allowed_token_ids)
+      if (t >= 0 && t < vocab) kept[size_t(t)] = x[size_t(t)];
+    x.swap(kept);
+  }
   for (auto [t, b] : sp.logit_bias)
     if (t >= 0 && t < vocab) x[t] += b;
+  for (int32_t t : banned)
+    if (t >= 0 && t < vocab) x[t] = kNegInf;
   apply_penalties(x, sp, prompt, output);
 
   SampleResult r;

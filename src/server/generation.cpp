@@ -69,10 +69,16 @@ ChoiceDelta ChoiceDecoder::push(const GenOutput& out, bool* stop_hit) {
   const bool engine_done = out.finish != FinishReason::None;
   if (engine_done) text += detok_.flush();
   bool hit = false;
-  std::string safe = stops_.push(text, &hit);
+  std::string safe;
+  if (completion_tokens_ <= cfg_.min_tokens) {
+    safe = std::move(text);  // vLLM checks stop strings only past min_tokens
+  } else {
+    safe = stops_.push(text, &hit);
+  }
   if (hit) {
     stopped_ = true;
     *stop_hit = true;
+    if (cfg_.include_stop_str) safe += stops_.matched();
   } else if (engine_done) {
     safe += stops_.flush();
   }
@@ -95,6 +101,21 @@ ChoiceDelta ChoiceDecoder::push(const GenOutput& out, bool* stop_hit) {
   return d;
 }
 
+void LiveRequests::add(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  ids_.insert(id);
+}
+
+void LiveRequests::remove(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  ids_.erase(id);
+}
+
+std::vector<std::string> LiveRequests::ids() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return {ids_.begin(), ids_.end()};
+}
+
 struct Generation::Choice {
   int index = 0;
   int prompt_index = 0;
@@ -109,8 +130,8 @@ struct Generation::Choice {
 };
 
 Generation::Generation(Engine& e, Metrics& m, const tok::Tokenizer& t, tok::PromptFormat f,
-                       std::string id, std::vector<ChoiceSpec> specs)
-    : engine_(e), metrics_(m), id_(std::move(id)),
+                       std::string id, std::vector<ChoiceSpec> specs, LiveRequests* live)
+    : engine_(e), metrics_(m), live_(live), id_(std::move(id)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch()).count()),
       start_(Clock::now()) {
@@ -122,6 +143,7 @@ Generation::Generation(Engine& e, Metrics& m, const tok::Tokenizer& t, tok::Prom
     c->engine_id = id_ + "-" + std::to_string(i);
     specs[i].request.id = c->engine_id;
     metrics_.request_started();
+    if (live_) live_->add(c->engine_id);
     c->stream = engine_.submit(std::move(specs[i].request));
     choices_.push_back(std::move(c));
   }
@@ -137,6 +159,7 @@ Generation::~Generation() {
 
 void Generation::finish_choice(Choice& c, const std::string& reason) {
   c.done = true;
+  if (live_) live_->remove(c.engine_id);
   const std::string r = reason == "tool_calls" ? "stop" : reason;
   metrics_.request_finished(r, c.prompt_tokens, c.decoder.completion_tokens(),
                             std::chrono::duration<double>(Clock::now() - start_).count());

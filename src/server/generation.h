@@ -5,6 +5,7 @@
 #pragma once
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -37,6 +38,8 @@ struct ChoiceConfig {
   bool parse_tools = false;       // tools were offered
   bool skip_special = true;
   std::vector<std::string> stop_strings;
+  bool include_stop_str = false;  // a completed stop string stays in the text (vLLM)
+  int min_tokens = 0;             // stop strings count only after this many tokens (vLLM)
 };
 
 // The text pipeline of one choice (no engine, no threads: unit-testable).
@@ -64,6 +67,18 @@ class ChoiceDecoder {
   bool finished_ = false;
 };
 
+// The engine ids of every choice still running, so a shutdown can abort them all.
+class LiveRequests {
+ public:
+  void add(const std::string& id);
+  void remove(const std::string& id);
+  std::vector<std::string> ids() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::set<std::string> ids_;
+};
+
 struct ChoiceSpec {
   GenRequest request;   // prompt, sampling, stop (id filled by Generation)
   ChoiceConfig config;
@@ -73,7 +88,7 @@ struct ChoiceSpec {
 class Generation {
  public:
   Generation(Engine& e, Metrics& m, const tok::Tokenizer& t, tok::PromptFormat f,
-             std::string id, std::vector<ChoiceSpec> choices);
+             std::string id, std::vector<ChoiceSpec> choices, LiveRequests* live = nullptr);
   ~Generation();  // cancels unfinished choices
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
@@ -92,6 +107,7 @@ class Generation {
 
   Engine& engine_;
   Metrics& metrics_;
+  LiveRequests* live_;
   std::string id_;
   int64_t created_;
   Clock::time_point start_;

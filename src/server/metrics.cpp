@@ -13,6 +13,18 @@ std::string fmt(double v) {
   return buf;
 }
 
+// Label values in the text format escape backslash, double quote and newline.
+std::string escape_label(const std::string& v) {
+  std::string o;
+  for (char c : v) {
+    if (c == '\\') o += "\\\\";
+    else if (c == '"') o += "\\\"";
+    else if (c == '\n') o += "\\n";
+    else o += c;
+  }
+  return o;
+}
+
 void header(std::string* out, const std::string& name, const char* type, const char* help) {
   *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
 }
@@ -57,7 +69,7 @@ void Histogram::render(std::string* out, const std::string& name, const std::str
 }
 
 Metrics::Metrics(std::string model_name)
-    : labels_("model_name=\"" + model_name + "\""),
+    : labels_("model_name=\"" + escape_label(model_name) + "\""),
       ttft_(kTtft), itl_(kItl), e2e_(kE2e), prompt_len_(kTokens), gen_len_(kTokens) {}
 
 void Metrics::request_started() {
@@ -98,7 +110,7 @@ int64_t Metrics::in_flight() const {
   return in_flight_;
 }
 
-std::string Metrics::render(const EngineStats& e) const {
+std::string Metrics::render(const EngineStats& e, const HttpGauges& h) const {
   std::lock_guard<std::mutex> l(mu_);
   std::string o;
   const std::string& L = labels_;
@@ -156,6 +168,12 @@ std::string Metrics::render(const EngineStats& e) const {
       sample(&o, "dil:dp_rank_requests_waiting", L + ",dp_rank=\"" + std::to_string(r) + "\"",
              double(e.dp_ranks[r].waiting));
   }
+  header(&o, "dil:http_connections_open", "gauge", "Open client connections (idle keep-alive ones included).");
+  sample(&o, "dil:http_connections_open", L, double(h.open_connections));
+  header(&o, "dil:http_handler_threads", "gauge", "Request handler threads alive (the pool grows and shrinks).");
+  sample(&o, "dil:http_handler_threads", L, double(h.handler_threads));
+  header(&o, "dil:server_draining", "gauge", "1 while a graceful shutdown drains running requests.");
+  sample(&o, "dil:server_draining", L, h.draining ? 1.0 : 0.0);
   header(&o, "dil:http_responses_total", "counter", "HTTP responses by status code.");
   for (const auto& [code, n] : http_)
     sample(&o, "dil:http_responses_total", L + ",code=\"" + std::to_string(code) + "\"", double(n));

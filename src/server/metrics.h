@@ -27,6 +27,13 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+// The connection layer's state at scrape time.
+struct HttpGauges {
+  int64_t open_connections = 0;
+  int64_t handler_threads = 0;
+  bool draining = false;
+};
+
 class Metrics {
  public:
   explicit Metrics(std::string model_name);
@@ -39,7 +46,7 @@ class Metrics {
   void http_response(int status);
   int64_t in_flight() const;
 
-  std::string render(const EngineStats& engine) const;  // text/plain; version=0.0.4
+  std::string render(const EngineStats& engine, const HttpGauges& http = {}) const;  // text/plain; version=0.0.4
 
  private:
   mutable std::mutex mu_;

@@ -4,6 +4,8 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/json_limits.h"
+#include "server/request_fields.h"
 
 namespace dil::server {
 namespace {
@@ -93,7 +95,34 @@ GenParams read_gen(const Json& j, int64_t vocab) {
   g.stop.max_tokens = -1;
   if (read_int(j, "max_tokens", 1, std::numeric_limits<int32_t>::max(), &i)) g.stop.max_tokens = int(i);
   if (read_int(j, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max(), &i)) g.stop.max_tokens = int(i);
+  if (read_int(j, "min_tokens", 0, std::numeric_limits<int32_t>::max(), &i)) {
+    if (g.stop.max_tokens >= 0 && i > g.stop.max_tokens)
+      bad("min_tokens", str_cat("'min_tokens' (", i, ") must not exceed 'max_tokens' (", g.stop.max_tokens, ")"));
+    g.stop.min_tokens = int(i);
+  }
   if (read_int(j, "n", 1, 128, &i)) g.n = int(i);
+  // best_of == n is what the server does; more candidates than returned would need ranking
+  // (vLLM's V1 engine dropped it too).
+  if (read_int(j, "best_of", 1, 128, &i) && i != g.n)
+    throw ApiError(400, str_cat("'best_of' (", i, ") must equal 'n' (", g.n, "): ranking more candidates than are "
+                               "returned is not implemented"),
+                   "best_of", "unsupported_parameter");
+  if (const Json* v = field(j, "allowed_token_ids")) {
+    g.sampling.allowed_token_ids = read_token_ids(*v, "allowed_token_ids", vocab);
+    if (g.sampling.allowed_token_ids.empty()) bad("allowed_token_ids", "'allowed_token_ids' must not be empty");
+  }
+  if (read_int(j, "truncate_prompt_tokens", -1, std::numeric_limits<int32_t>::max(), &i)) {
+    if (i == 0) bad("truncate_prompt_tokens", "'truncate_prompt_tokens' must be -1 (the context length) or >= 1");
+    g.truncate_prompt_tokens = int(i);
+  }
+  read_bool(j, "include_stop_str_in_output", &g.include_stop_str);
+  bool b;
+  // Byte-level BPE decodes tokens by concatenation: no spaces to put between special tokens
+  // (HF's fast tokenizers ignore the flag the same way), so either value gives the same text.
+  read_bool(j, "spaces_between_special_tokens", &b);
+  if (read_bool(j, "add_special_tokens", &b)) g.add_special_tokens = b;
+  if (read_string(j, "request_id", &g.request_id) && g.request_id.size() > 256)
+    bad("request_id", "'request_id' must be at most 256 characters");
   read_bool(j, "ignore_eos", &g.stop.ignore_eos);
   if (const Json* v = field(j, "stop_token_ids")) g.stop.stop_token_ids = read_token_ids(*v, "stop_token_ids", vocab);
   g.stop_strings = read_stop(j);
@@ -147,10 +176,21 @@ void read_thinking_value(const Json& v, const std::string& param, bool* thinking
   }
 }
 
-void check_effort(const Json& v, const std::string& param) {
-  if (v.is_string() || v.is_null()) return;
-  if (v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= 100) return;
-  bad(param, "'" + param + "' must be a string (low/medium/high/max) or an integer 1..100");
+// The values the model's encoder takes (chat.cpp effort_prefix): V4 low/medium/high/max;
+// V4.1 low/high/max or an integer budget 1..100.
+void check_effort(const Json& v, const std::string& param, tok::PromptFormat f) {
+  if (v.is_null()) return;
+  const std::string s = v.is_string() ? v.get<std::string>() : "";
+  if (f == tok::PromptFormat::V4) {
+    if (s == "low" || s == "medium" || s == "high" || s == "max") return;
+    bad(param, "'" + param + "' must be one of \"low\", \"medium\", \"high\", \"max\" for DeepSeek-V4, got " +
+                   v.dump());
+  }
+  if (s == "low" || s == "high" || s == "max") return;
+  if (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= 100) return;
+  if (v.is_number_unsigned() && v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= 100) return;
+  bad(param, "'" + param + "' must be \"low\", \"high\", \"max\" or an integer in [1, 100] for DeepSeek-V4.1, got " +
+                 v.dump());
 }
 
 }  // namespace
@@ -163,6 +203,10 @@ Json error_body(const ApiError& e) {
 }
 
 Json parse_body(const std::string& body) {
+  // Before any DOM exists: what consumes a parsed document recurses per level.
+  if (json_too_deep(body))
+    throw ApiError(400, str_cat("request body nests arrays/objects deeper than ", kMaxJsonDepth, " levels"), "",
+                   "json_too_deep");
   Json j;
   try {
     j = Json::parse(body);
@@ -274,6 +318,9 @@ Json normalize_messages(const Json& messages) {
         const Json& args = tc["function"].contains("arguments") ? tc["function"]["arguments"] : Json();
         if (args.is_object()) n["tool_calls"][k]["function"]["arguments"] = args.dump();
         else if (!args.is_string()) bad(q + ".function.arguments", "'arguments' must be a JSON string");
+        else if (json_too_deep(args.get<std::string>()))  // the encoder parses it
+          throw ApiError(400, str_cat("'arguments' nests arrays/objects deeper than ", kMaxJsonDepth, " levels"),
+                         q + ".function.arguments", "json_too_deep");
         // Not-JSON argument text is rendered raw, as the official encoder does.
       }
     } else if (n.contains("tool_calls")) {
@@ -293,7 +340,7 @@ void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions
   Json effort;
   if (const Json* v = field(j, "thinking")) read_thinking_value(*v, "thinking", &thinking);
   if (const Json* v = field(j, "reasoning_effort")) {
-    check_effort(*v, "reasoning_effort");
+    check_effort(*v, "reasoning_effort", d.format);
     effort = *v;
   }
   if (const Json* kw = field(j, "chat_template_kwargs")) {
@@ -301,7 +348,7 @@ void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions
     for (const char* k : {"thinking", "enable_thinking", "thinking_mode"})
       if (const Json* v = field(*kw, k)) read_thinking_value(*v, std::string("chat_template_kwargs.") + k, &thinking);
     if (const Json* v = field(*kw, "reasoning_effort")) {
-      check_effort(*v, "chat_template_kwargs.reasoning_effort");
+      check_effort(*v, "chat_template_kwargs.reasoning_effort", d.format);
       effort = *v;
     }
   }
@@ -336,6 +383,7 @@ void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions
 }
 
 ChatRequest parse_chat_request(const Json& j, const ServerDefaults& d, int64_t vocab) {
+  refuse_unsupported_fields(j, Endpoint::Chat);
   ChatRequest r;
   r.gen = read_gen(j, vocab);
   if (!j.contains("messages")) bad("messages", "'messages' is required");
@@ -358,13 +406,24 @@ ChatRequest parse_chat_request(const Json& j, const ServerDefaults& d, int64_t v
   if (r.tool_choice != "none" && r.tool_choice != "auto" && r.chat.tools.is_null())
     bad("tool_choice", "'tool_choice' " + r.tool_choice + " needs 'tools'");
   if (r.tool_choice == "function") {
-    // Only the named tool is offered to the model.
+    // Only the named tool is offered to the model (the grammar forces a call of it).
     auto only = decltype(r.chat.tools)::array();
     for (const auto& t : r.chat.tools)
       if (t["function"]["name"] == r.tool_choice_name) only.push_back(t);
     if (only.empty()) bad("tool_choice", "tool_choice names '" + r.tool_choice_name + "', which is not in 'tools'");
     r.chat.tools = only;
   }
+  // Only a grammar can hold the model to one call: tool_choice required (and a named function,
+  // one call by definition), or auto next to a response format (structured.cpp). Plain auto
+  // lets the model write as many calls as it likes, so false cannot be enforced there.
+  const bool offered = !r.chat.tools.is_null() && !r.chat.tools.empty() && r.tool_choice != "none";
+  const bool constrained = r.tool_choice == "required" || r.tool_choice == "function" ||
+                           r.format.kind != OutputFormat::Kind::Text;
+  if (!r.parallel_tool_calls && offered && !constrained)
+    throw ApiError(400,
+                   "'parallel_tool_calls' false is only enforced when the tool call is constrained: send "
+                   "tool_choice \"required\" or a named function, or a response format",
+                   "parallel_tool_calls", "unsupported_parameter");
   if (r.tool_choice == "none") {
     r.tools_withheld = !r.chat.tools.is_null();
     r.chat.tools = Json();  // nothing to call: do not offer tools
@@ -378,6 +437,7 @@ ChatRequest parse_chat_request(const Json& j, const ServerDefaults& d, int64_t v
 }
 
 CompletionRequest parse_completion_request(const Json& j, int64_t vocab) {
+  refuse_unsupported_fields(j, Endpoint::Completion);
   CompletionRequest r;
   r.gen = read_gen(j, vocab);
   const Json* p = field(j, "prompt");

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,10 +45,15 @@ struct GenParams {
   bool stream = false;
   bool include_usage = false;   // stream_options.include_usage
   bool skip_special_tokens = true;
+  bool include_stop_str = false;  // include_stop_str_in_output (vLLM)
+  int truncate_prompt_tokens = 0; // vLLM: keep the last k prompt tokens; -1: max_model_len; 0: off
+  std::optional<bool> add_special_tokens;  // BOS before the prompt (default: chat no, completions yes)
+  std::string request_id;         // vLLM's request_id: the response id becomes <prefix>-<request_id>
 };
 
 struct ServerDefaults {
   bool thinking = false;  // thinking mode when the request does not say
+  tok::PromptFormat format = tok::PromptFormat::V4;  // what reasoning_effort values the encoder takes
 };
 
 struct ChatRequest {

@@ -1,6 +1,7 @@
 // /v1/chat/completions and /v1/completions: validate, render, tokenize, submit, then answer
 // with one JSON body or an SSE stream (role chunk, deltas, finish chunk, usage, [DONE]).
 #include <chrono>
+#include <optional>
 
 #include "core/check.h"
 #include "server/generation.h"
@@ -23,6 +24,22 @@ void add_choices(std::vector<ChoiceSpec>* specs, const GenRequest& base, const C
   }
 }
 
+// vLLM's truncate_prompt_tokens: keep the last k tokens (-1: the context length).
+void truncate_prompt(std::vector<int32_t>* prompt, int k, int max_model_len) {
+  if (k == 0) return;
+  const size_t keep = size_t(k < 0 ? max_model_len : k);
+  if (keep > 0 && prompt->size() > keep) prompt->erase(prompt->begin(), prompt->end() - std::ptrdiff_t(keep));
+}
+
+ChoiceConfig choice_config(const GenParams& g) {
+  ChoiceConfig cfg;
+  cfg.skip_special = g.skip_special_tokens;
+  cfg.stop_strings = g.stop_strings;
+  cfg.include_stop_str = g.include_stop_str;
+  cfg.min_tokens = g.stop.min_tokens;
+  return cfg;
+}
+
 // Per-choice accumulation for non-streaming answers.
 struct Collected {
   std::string content, reasoning, finish_reason, error;
@@ -30,10 +47,13 @@ struct Collected {
   std::vector<GenToken> tokens;
 };
 
-std::vector<Collected> collect(Generation& g, size_t n_choices) {
+// Runs a non-streaming generation to its end. nullopt: the client went away (checked after
+// every engine output and every 100 ms), and dropping the Generation cancels the rest.
+std::optional<std::vector<Collected>> collect(Generation& g, size_t n_choices, const http::Request& req) {
   std::vector<Collected> out(n_choices);
   while (!g.done()) {
-    for (auto& d : g.poll(1000ms)) {
+    if (req.client_gone()) return std::nullopt;
+    for (auto& d : g.poll(100ms)) {
       Collected& c = out[size_t(d.index)];
       c.content += d.content;
       c.reasoning += d.reasoning;
@@ -48,6 +68,13 @@ std::vector<Collected> collect(Generation& g, size_t n_choices) {
   return out;
 }
 
+// What a handler answers when its client has gone: nobody reads it, but the access log and
+// the status metrics show it (nginx's 499).
+void client_gone(http::Response& res) {
+  send_error(res, ApiError(499, "client closed the connection", "", "client_closed_request"));
+  res.close = true;
+}
+
 struct StreamState {
   std::shared_ptr<Generation> gen;
   ResponseMeta meta;
@@ -57,6 +84,7 @@ struct StreamState {
   int top_logprobs = -1;  // -1: no logprobs
   bool started = false;
   bool finished = false;
+  std::chrono::steady_clock::time_point last_ping{};
   std::vector<size_t> text_len;  // completions: text offset per choice (for logprobs)
   std::vector<std::string> echo; // completions: prompt text per choice to echo first
 };
@@ -76,7 +104,7 @@ std::string chat_delta_chunks(const StreamState& st, const ChoiceDelta& d, const
   }
   if (!d.finish_reason.empty()) {
     Json ch{{"index", d.index}, {"delta", Json::object()}, {"logprobs", nullptr},
-            {"finish_reason", d.finish_reason == "abort" ? "stop" : d.finish_reason}};
+            {"finish_reason", d.finish_reason}};
     out += sse(chat_chunk(st.meta, Json::array({ch}), st.include_usage));
   }
   return out;
@@ -92,9 +120,9 @@ std::string completion_delta_chunks(StreamState& st, const ChoiceDelta& d, const
   return sse(completion_chunk(st.meta, Json::array({ch}), st.include_usage));
 }
 
-// Called by cpp-httplib until sink.done(); each call waits briefly for engine output so a
-// disconnect (failed write) is noticed within one engine step of output.
-bool pump(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, httplib::DataSink& sink) {
+// Called by the connection layer until sink.done(); each call waits briefly for engine output
+// so a disconnect (failed write) is noticed within one engine step of output.
+bool pump(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, http::DataSink& sink) {
   std::string out;
   if (!st->started) {
     st->started = true;
@@ -132,17 +160,27 @@ bool pump(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, httpl
     }
     out += kSseDone;
   }
+  if (out.empty() && sink.peer_shut_down()) {
+    // The client closed or half-closed, and there is nothing to send (a queued request, say):
+    // an SSE comment, which clients skip, at most once a second; a closed socket answers it
+    // with a reset, so the next write fails and the generation is cancelled.
+    const auto now = std::chrono::steady_clock::now();
+    if (now - st->last_ping >= 1s) {
+      st->last_ping = now;
+      out = ": ping\n\n";
+    }
+  }
   if (!out.empty() && !sink.write(out.data(), out.size())) return false;
   if (st->finished) sink.done();
   return true;
 }
 
-void stream_response(httplib::Response& res, std::shared_ptr<StreamState> st, const tok::Tokenizer& t) {
+void stream_response(http::Response& res, std::shared_ptr<StreamState> st, const tok::Tokenizer& t) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [st, &t](size_t, httplib::DataSink& sink) { return pump(st, t, sink); },
+      [st, &t](size_t, http::DataSink& sink) { return pump(st, t, sink); },
       [st](bool success) {
         // A failed write means the client went away: drop the generation now so the engine
         // frees the request's state at its next step (the destructor cancels it).
@@ -157,7 +195,7 @@ void Server::Core::constrain(const StructuredSpec& s, std::vector<ChoiceSpec>* s
   for (ChoiceSpec& c : *specs) c.request.constraint = make_constraint(g);  // a matcher per choice
 }
 
-void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
+void Server::Core::chat(const http::Request& req, http::Response& res) {
   const Json body = parse_body(req.body);
   ChatRequest cr = parse_chat_request(body, opts.defaults, vocab);
   check_model(cr.gen.model);
@@ -169,6 +207,10 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
   }
   GenRequest base;
   base.prompt = encode(prompt, "messages");
+  // The rendered prompt starts with BOS already; add_special_tokens adds another (as vLLM).
+  const int32_t bos = engine.info().bos_token_id;
+  if (cr.gen.add_special_tokens.value_or(false) && bos >= 0) base.prompt.insert(base.prompt.begin(), bos);
+  truncate_prompt(&base.prompt, cr.gen.truncate_prompt_tokens, engine.info().max_model_len);
   fit_context(&cr.gen, int(base.prompt.size()), "messages");
   base.sampling = cr.gen.sampling;
   base.stop = cr.gen.stop;
@@ -178,12 +220,10 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
     const int32_t id = tok.token_to_id(s);
     if (id >= 0) base.stop.stop_token_ids.push_back(id);
   }
-  ChoiceConfig cfg;
+  ChoiceConfig cfg = choice_config(cr.gen);
   cfg.chat = true;
   cfg.thinking = cr.chat.thinking_mode == "thinking";
   cfg.parse_tools = !cr.chat.tools.is_null();
-  cfg.skip_special = cr.gen.skip_special_tokens;
-  cfg.stop_strings = cr.gen.stop_strings;
   StructuredSpec ss;
   ss.format = cr.format;
   ss.chat = true;
@@ -198,8 +238,10 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
   add_choices(&specs, base, cfg, cr.gen.n, 0);
   constrain(ss, &specs);  // before admit: a schema that cannot compile is the client's 400
   admit(cr.gen.n);
-  auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "chatcmpl-" + random_hex(24), std::move(specs));
-  ResponseMeta meta{gen->id(), gen->created(), opts.model_name};
+  auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "chatcmpl-" + random_hex(24), std::move(specs),
+                                          &live);
+  ResponseMeta meta{cr.gen.request_id.empty() ? gen->id() : "chatcmpl-" + cr.gen.request_id, gen->created(),
+                    opts.model_name};
   const int top = cr.logprobs ? cr.gen.sampling.logprobs : -1;
 
   if (cr.gen.stream) {
@@ -215,7 +257,9 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
     stream_response(res, std::move(st), tok);
     return;
   }
-  const auto got = collect(*gen, size_t(cr.gen.n));
+  const auto collected = collect(*gen, size_t(cr.gen.n), req);
+  if (!collected) return client_gone(res);
+  const auto& got = *collected;
   Json choices = Json::array();
   for (size_t i = 0; i < got.size(); ++i) {
     const Collected& c = got[i];
@@ -227,7 +271,7 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
     }
     choices.push_back(Json{{"index", i}, {"message", msg},
                            {"logprobs", top >= 0 ? chat_logprobs(tok, c.tokens, top) : Json()},
-                           {"finish_reason", c.finish_reason == "abort" ? "stop" : c.finish_reason}});
+                           {"finish_reason", c.finish_reason}});
   }
   send_json(res, 200,
             Json{{"id", meta.id}, {"object", "chat.completion"}, {"created", meta.created}, {"model", meta.model},
@@ -235,16 +279,14 @@ void Server::Core::chat(const httplib::Request& req, httplib::Response& res) {
                  {"usage", usage_json(gen->prompt_tokens(), gen->completion_tokens())}});
 }
 
-void Server::Core::completions(const httplib::Request& req, httplib::Response& res) {
+void Server::Core::completions(const http::Request& req, http::Response& res) {
   const Json body = parse_body(req.body);
   CompletionRequest cr = parse_completion_request(body, vocab);
   check_model(cr.gen.model);
   const int32_t bos = engine.info().bos_token_id;
   std::vector<ChoiceSpec> specs;
   std::vector<std::string> echo;
-  ChoiceConfig cfg;
-  cfg.skip_special = cr.gen.skip_special_tokens;
-  cfg.stop_strings = cr.gen.stop_strings;
+  const ChoiceConfig cfg = choice_config(cr.gen);
   int max_tokens_given = cr.gen.stop.max_tokens;
   const int rank = dp_rank(req);
   for (size_t p = 0; p < cr.prompts.size(); ++p) {
@@ -253,10 +295,14 @@ void Server::Core::completions(const httplib::Request& req, httplib::Response& r
     if (pr.is_text) {
       // Like HF's add_special_tokens=True for DeepSeek: BOS first.
       base.prompt = encode(pr.text, "prompt");
-      if (bos >= 0 && (base.prompt.empty() || base.prompt[0] != bos)) base.prompt.insert(base.prompt.begin(), bos);
+      const bool add_bos = cr.gen.add_special_tokens.value_or(true);
+      if (add_bos && bos >= 0 && (base.prompt.empty() || base.prompt[0] != bos))
+        base.prompt.insert(base.prompt.begin(), bos);
+      if (base.prompt.empty()) throw ApiError(400, "the prompt has no tokens", "prompt");
     } else {
       base.prompt = pr.ids;
     }
+    truncate_prompt(&base.prompt, cr.gen.truncate_prompt_tokens, engine.info().max_model_len);
     GenParams g = cr.gen;
     g.stop.max_tokens = max_tokens_given;
     fit_context(&g, int(base.prompt.size()), "prompt");
@@ -272,8 +318,10 @@ void Server::Core::completions(const httplib::Request& req, httplib::Response& r
   constrain(ss, &specs);
   admit(int(specs.size()));
   const size_t n_choices = specs.size();
-  auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "cmpl-" + random_hex(24), std::move(specs));
-  ResponseMeta meta{gen->id(), gen->created(), opts.model_name};
+  auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "cmpl-" + random_hex(24), std::move(specs),
+                                          &live);
+  ResponseMeta meta{cr.gen.request_id.empty() ? gen->id() : "cmpl-" + cr.gen.request_id, gen->created(),
+                    opts.model_name};
   const int top = cr.gen.sampling.logprobs;
 
   if (cr.gen.stream) {
@@ -287,13 +335,15 @@ void Server::Core::completions(const httplib::Request& req, httplib::Response& r
     stream_response(res, std::move(st), tok);
     return;
   }
-  const auto got = collect(*gen, n_choices);
+  const auto collected = collect(*gen, n_choices, req);
+  if (!collected) return client_gone(res);
+  const auto& got = *collected;
   Json choices = Json::array();
   for (size_t i = 0; i < got.size(); ++i) {
     const Collected& c = got[i];
     choices.push_back(Json{{"index", i}, {"text", echo[i] + c.content},
                            {"logprobs", top >= 0 ? completion_logprobs(tok, c.tokens, top, echo[i].size()) : Json()},
-                           {"finish_reason", c.finish_reason == "abort" ? "stop" : c.finish_reason}});
+                           {"finish_reason", c.finish_reason}});
   }
   send_json(res, 200,
             Json{{"id", meta.id}, {"object", "text_completion"}, {"created", meta.created}, {"model", meta.model},

@@ -1,8 +1,8 @@
 #include "server/server.h"
 
-#include <sys/socket.h>
-
 #include <chrono>
+#include <cstdio>
+#include <thread>
 
 #include "core/check.h"
 #include "server/server_core.h"
@@ -13,8 +13,8 @@ namespace {
 // Every handler runs inside this: user errors become OpenAI error bodies, and nothing a
 // client sends can escape as an exception (a broken invariant would still abort).
 template <typename F>
-httplib::Server::Handler guarded(F f) {
-  return [f](const httplib::Request& req, httplib::Response& res) {
+http::HttpServer::Handler guarded(F f) {
+  return [f](const http::Request& req, http::Response& res) {
     try {
       f(req, res);
     } catch (const ApiError& e) {
@@ -29,15 +29,14 @@ httplib::Server::Handler guarded(F f) {
   };
 }
 
-ApiError status_error(int status) {
+// Errors of the connection layer (framing, limits, routing) as OpenAI error bodies.
+ApiError status_error(int status, const std::string& message) {
   switch (status) {
-    case 400: return ApiError(400, "malformed HTTP request");
     case 404: return ApiError(404, "no such endpoint", "", "not_found");
-    case 405: return ApiError(405, "method not allowed");
-    case 413: return ApiError(413, "request body too large", "", "request_too_large");
-    case 414: return ApiError(414, "request URI too long");
-    case 431: return ApiError(431, "request headers too large");
-    default: return ApiError(status, "HTTP error " + std::to_string(status), "", "",
+    case 405: return ApiError(405, "method not allowed for this endpoint");
+    case 408: return ApiError(408, message, "", "request_timeout");
+    case 413: return ApiError(413, message, "", "request_too_large");
+    default: return ApiError(status, message, "", "",
                              status >= 500 ? "server_error" : "invalid_request_error");
   }
 }
@@ -48,20 +47,36 @@ bool needs_auth(const std::string& path) {
 
 }  // namespace
 
-void send_json(httplib::Response& res, int status, const Json& j) {
+void send_json(http::Response& res, int status, const Json& j) {
   res.status = status;
   res.set_content(j.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
+void send_error(http::Response& res, const ApiError& e) {
   if (e.status == 429) res.set_header("Retry-After", "1");
   send_json(res, e.status, error_body(e));
 }
 
+namespace {
+
+http::HttpConfig http_config(const ServerOptions& o) {
+  http::HttpConfig c;
+  c.host = o.host;
+  c.port = o.port;
+  c.limits.max_body_bytes = o.max_body_bytes;
+  c.idle_timeout_s = o.keep_alive_timeout_s;
+  c.request_timeout_s = o.request_timeout_s;
+  c.max_workers = std::max(o.threads, 8);
+  return c;
+}
+
+}  // namespace
+
 Server::Core::Core(Engine& e, const tok::Tokenizer& t, tok::PromptFormat f, ServerOptions o)
-    : engine(e), tok(t), format(f), opts(std::move(o)), metrics(opts.model_name),
+    : engine(e), tok(t), format(f), opts(std::move(o)), metrics(opts.model_name), http(http_config(opts)),
       // Masks cover the model's logits row: as many ids as the engine has.
       grammars(t, e.info().vocab_size > 0 ? e.info().vocab_size : t.vocab_size()) {
+  opts.defaults.format = f;
   vocab = t.vocab_size();
   if (e.info().vocab_size > 0) vocab = std::min<int64_t>(vocab, e.info().vocab_size);
 }
@@ -120,7 +135,7 @@ void Server::Core::admit(int n) const {
                    "", "rate_limit_exceeded", "rate_limit_error");
 }
 
-int Server::Core::dp_rank(const httplib::Request& req) const {
+int Server::Core::dp_rank(const http::Request& req) const {
   static constexpr const char* kHeader = "X-Data-Parallel-Rank";
   if (!req.has_header(kHeader)) return -1;
   const std::string v = req.get_header_value(kHeader);
@@ -138,84 +153,97 @@ int Server::Core::dp_rank(const httplib::Request& req) const {
   return r;
 }
 
+void Server::Core::drain() {
+  draining = true;
+  std::fprintf(stderr, "serve: draining: new requests get 503; waiting up to %.0f s for %lld running\n",
+               opts.shutdown_timeout_s, (long long)metrics.in_flight());
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(opts.shutdown_timeout_s * 1000));
+  while (metrics.in_flight() > 0 && Clock::now() < deadline && !stopped)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (stopped) return;
+  if (const auto ids = live.ids(); !ids.empty()) {
+    std::fprintf(stderr, "serve: shutdown timeout: aborting %zu running generation(s)\n", ids.size());
+    for (const auto& id : ids) engine.cancel(id);
+    // Their handlers write the aborted answers (finish_reason "abort"); the engine frees them
+    // at its next step.
+    const auto grace = Clock::now() + std::chrono::seconds(10);
+    while (metrics.in_flight() > 0 && Clock::now() < grace && !stopped)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  http.stop();
+}
+
 Server::Server(Engine& engine, const tok::Tokenizer& tok, tok::PromptFormat format, ServerOptions o)
     : core_(std::make_unique<Core>(engine, tok, format, std::move(o))) {
   Core& c = *core_;
   auto& h = c.http;
-  const int threads = std::max(c.opts.threads, 8);
-  h.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  h.set_tcp_nodelay(true);
-  h.set_keep_alive_max_count(100000);
-  h.set_keep_alive_timeout(5);
-  h.set_read_timeout(30);
-  h.set_write_timeout(30);
-  h.set_payload_max_length(c.opts.max_body_bytes);
-  // Debian's compiled cpp-httplib listens with a backlog of 5: a burst of new connections
-  // overflows it and clients see resets. Remember the socket so bind() can raise the backlog.
-  h.set_socket_options([&c](socket_t sock) {
-    httplib::default_socket_options(sock);
-    if (c.listen_fd < 0) c.listen_fd = sock;
-  });
-
-  h.set_pre_routing_handler([&c](const httplib::Request& req, httplib::Response& res) {
+  h.set_pre_routing([&c](const http::Request& req, http::Response& res) {
     // Echo the caller's request id so client and server logs can be joined.
     if (req.has_header("X-Request-Id")) res.set_header("X-Request-Id", req.get_header_value("X-Request-Id"));
-    if (c.opts.api_key.empty() || !needs_auth(req.path)) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + c.opts.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
+    if (c.draining && req.path != "/metrics") {
+      send_error(res, ApiError(503, "the server is shutting down", "", "shutting_down", "server_error"));
+      res.close = true;
+      return true;
+    }
+    if (c.opts.api_key.empty() || !needs_auth(req.path)) return false;
+    if (req.get_header_value("Authorization") == "Bearer " + c.opts.api_key) return false;
     send_error(res, ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.",
                              "", "invalid_api_key", "authentication_error"));
-    return httplib::Server::HandlerResponse::Handled;
+    return true;
   });
-  h.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.body.empty() && !res.content_provider_) send_error(res, status_error(res.status));
+  h.set_error_body([](int status, const std::string& message, http::Response& res) {
+    send_error(res, status_error(status, message));
   });
-  h.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, ApiError(500, "internal error", "", "", "server_error"));
+  h.set_logger([&c](const http::Request& req, const http::Response& res, size_t bytes, double seconds) {
+    c.metrics.http_response(res.status);
+    if (!c.opts.access_log) return;
+    // One write per line, so concurrent handlers do not interleave inside a line.
+    const std::string line =
+        str_cat(req.remote.empty() ? "-" : req.remote, " \"", req.method.empty() ? "-" : req.method, " ",
+                req.target.empty() ? "-" : req.target, " HTTP/1.", req.minor, "\" ", res.status, " ", bytes, " ",
+                int64_t(seconds * 1e6) / 1e3, "ms\n");
+    std::fputs(line.c_str(), stderr);
   });
-  h.set_logger([&c](const httplib::Request&, const httplib::Response& res) { c.metrics.http_response(res.status); });
 
-  h.Get("/health", guarded([&c](const httplib::Request&, httplib::Response& res) {
+  h.get("/health", guarded([&c](const http::Request&, http::Response& res) {
     if (c.engine_wedged())
       send_error(res, ApiError(503, "the engine has made no progress on queued work", "", "engine_stalled", "server_error"));
     else
       send_json(res, 200, Json{{"status", "ok"}});
   }));
-  h.Get("/metrics", guarded([&c](const httplib::Request&, httplib::Response& res) {
-    res.set_content(c.metrics.render(c.engine.stats()), "text/plain; version=0.0.4; charset=utf-8");
+  h.get("/metrics", guarded([&c](const http::Request&, http::Response& res) {
+    const HttpGauges g{c.http.open_connections(), c.http.worker_threads(), c.draining.load()};
+    res.set_content(c.metrics.render(c.engine.stats(), g), "text/plain; version=0.0.4; charset=utf-8");
   }));
-  h.Get("/v1/models", guarded([&c](const httplib::Request&, httplib::Response& res) {
+  h.get("/v1/models", guarded([&c](const http::Request&, http::Response& res) {
     Json m{{"id", c.opts.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "deepinfer-lab"},
            {"root", c.opts.model_dir}, {"max_model_len", c.engine.info().max_model_len}};
     send_json(res, 200, Json{{"object", "list"}, {"data", Json::array({m})}});
   }));
-  h.Post("/v1/chat/completions", guarded([&c](const httplib::Request& q, httplib::Response& r) { c.chat(q, r); }));
-  h.Post("/v1/completions", guarded([&c](const httplib::Request& q, httplib::Response& r) { c.completions(q, r); }));
-  h.Post("/tokenize", guarded([&c](const httplib::Request& q, httplib::Response& r) { c.tokenize(q, r); }));
-  h.Post("/detokenize", guarded([&c](const httplib::Request& q, httplib::Response& r) { c.detokenize(q, r); }));
+  h.post("/v1/chat/completions", guarded([&c](const http::Request& q, http::Response& r) { c.chat(q, r); }));
+  h.post("/v1/completions", guarded([&c](const http::Request& q, http::Response& r) { c.completions(q, r); }));
+  h.post("/tokenize", guarded([&c](const http::Request& q, http::Response& r) { c.tokenize(q, r); }));
+  h.post("/detokenize", guarded([&c](const http::Request& q, http::Response& r) { c.detokenize(q, r); }));
 }
 
-Server::~Server() { stop(); }
-
-int Server::bind() {
-  auto& c = *core_;
-  int port = c.opts.port;
-  if (port == 0) {
-    port = c.http.bind_to_any_port(c.opts.host.c_str());
-    if (port <= 0) DIL_FAIL("cannot bind ", c.opts.host);
-  } else if (!c.http.bind_to_port(c.opts.host.c_str(), port)) {
-    DIL_FAIL("cannot bind ", c.opts.host, ":", port, " (in use?)");
-  }
-  // Listening again on a listening socket only updates its backlog (Linux); the kernel caps
-  // it at net.core.somaxconn.
-  if (c.listen_fd >= 0 && ::listen(c.listen_fd, 4096) != 0) DIL_FAIL("listen(backlog 4096) failed");
-  return port;
+Server::~Server() {
+  stop();
+  if (core_->drainer.joinable()) core_->drainer.join();
 }
 
-void Server::run() { core_->http.listen_after_bind(); }
+int Server::bind() { return core_->http.bind(); }
+
+void Server::run() { core_->http.run(); }
 
 void Server::stop() {
-  if (core_ && core_->http.is_running()) core_->http.stop();
+  core_->stopped = true;
+  core_->http.stop();
+}
+
+void Server::shutdown() {
+  Core& c = *core_;
+  std::call_once(c.drain_once, [&c] { c.drainer = std::thread([&c] { c.drain(); }); });
 }
 
 }  // namespace dil::server

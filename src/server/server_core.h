@@ -1,18 +1,18 @@
 // Internal to src/server: what the route handlers share, and the handlers themselves.
 #pragma once
-#include <httplib.h>
-
+#include <atomic>
 #include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "core/check.h"
+#include "server/generation.h"
+#include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/server.h"
 #include "server/structured.h"
 
 namespace dil::server {
-
-struct ChoiceSpec;  // generation.h
 
 struct Server::Core {
   Engine& engine;
@@ -20,11 +20,18 @@ struct Server::Core {
   tok::PromptFormat format;
   ServerOptions opts;
   Metrics metrics;
-  httplib::Server http;
+  LiveRequests live;  // engine ids of running choices (shutdown aborts them)
+  http::HttpServer http;
   int64_t vocab = 0;  // ids a client may send: below both the tokenizer's and the model's size
   GrammarCache grammars;  // structured output, by what each grammar depends on
 
-  int listen_fd = -1;  // the listening socket, to raise its backlog after bind
+  // Graceful shutdown: new requests get 503 and /health is not ready while running ones
+  // finish (up to opts.shutdown_timeout_s); then the rest are aborted.
+  std::atomic<bool> draining{false};
+  std::atomic<bool> stopped{false};  // stop(): a drain in progress gives up waiting
+  std::once_flag drain_once;
+  std::thread drainer;
+  void drain();
 
   // /health: a wedged engine (work queued, no step for health_stall_s) answers 503.
   mutable std::mutex health_mu;
@@ -43,15 +50,15 @@ struct Server::Core {
   void constrain(const StructuredSpec& s, std::vector<ChoiceSpec>* specs);
   // The X-Data-Parallel-Rank header (vLLM's name): the rank that must run the request, -1 when
   // absent; 400 when it is not an integer in [0, dp_size).
-  int dp_rank(const httplib::Request& req) const;
+  int dp_rank(const http::Request& req) const;
 
-  void chat(const httplib::Request& req, httplib::Response& res);
-  void completions(const httplib::Request& req, httplib::Response& res);
-  void tokenize(const httplib::Request& req, httplib::Response& res);
-  void detokenize(const httplib::Request& req, httplib::Response& res);
+  void chat(const http::Request& req, http::Response& res);
+  void completions(const http::Request& req, http::Response& res);
+  void tokenize(const http::Request& req, http::Response& res);
+  void detokenize(const http::Request& req, http::Response& res);
 };
 
-void send_json(httplib::Response& res, int status, const Json& j);
-void send_error(httplib::Response& res, const ApiError& e);
+void send_json(http::Response& res, int status, const Json& j);
+void send_error(http::Response& res, const ApiError& e);
 
 }  // namespace dil::server

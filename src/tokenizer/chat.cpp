@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/json_limits.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/pyjson.h"
 #include "tokenizer/tokenizer.h"
@@ -29,6 +30,19 @@ const std::map<std::string, std::string>& task_tokens() {
       {"action", "<｜action｜>"}, {"query", "<｜query｜>"}, {"authority", "<｜authority｜>"},
       {"domain", "<｜domain｜>"}, {"title", "<｜title｜>"}, {"read_url", "<｜read_url｜>"}};
   return k;
+}
+
+// json.loads for argument strings. Documents nested deeper than kMaxJsonDepth count as
+// unparsable (Python's json.loads raises RecursionError on them too, which the official
+// encoders treat like any other failure) so that no deep DOM is ever built from client text.
+bool try_parse(const std::string& text, Json* out) {
+  if (json_too_deep(text)) return false;
+  try {
+    *out = Json::parse(text);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 std::string get_str(const Json& m, const char* key) {
@@ -85,14 +99,7 @@ std::string dsml_arguments(PromptFormat f, const Json& raw) {
   Json args;
   if (f == PromptFormat::V4) {
     // json.loads(arguments); any failure (bad JSON, not a string) -> {"arguments": raw}.
-    bool ok = false;
-    if (raw.is_string()) {
-      try {
-        args = Json::parse(raw.get<std::string>());
-        ok = true;
-      } catch (const std::exception&) {
-      }
-    }
+    const bool ok = raw.is_string() && try_parse(raw.get<std::string>(), &args);
     if (!ok) args = Json{{"arguments", raw}};
     if (!args.is_object()) DIL_FAIL("tool call arguments must be a JSON object, got ", raw.dump());
   } else {
@@ -100,11 +107,9 @@ std::string dsml_arguments(PromptFormat f, const Json& raw) {
     args = raw;
     if (!args.is_object()) {
       for (int k = 0; k < 2 && args.is_string(); ++k) {
-        try {
-          args = Json::parse(args.get<std::string>());
-        } catch (const std::exception&) {
-          break;
-        }
+        Json next;
+        if (!try_parse(args.get<std::string>(), &next)) break;
+        args = std::move(next);
       }
       if (!args.is_object()) args = Json{{"arguments", raw}};
     }

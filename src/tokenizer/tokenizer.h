@@ -59,10 +59,12 @@ class StopMatcher {
   // it is returned, the stop string and everything after are dropped).
   std::string push(std::string_view text, bool* stopped);
   std::string flush();
+  const std::string& matched() const { return matched_; }  // the stop string that completed
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
+  std::string matched_;
   bool done_ = false;
 };
 

@@ -2,12 +2,23 @@
 // - reference mode: every position within the CPU test's bounds of HF's float64 logits
 //   (max |d| <= 2e-3, rel L2 <= 1e-4), and 40 greedy decode steps giving the fixture's tokens
 //   and the CPU's;
-// - official mode: with DIL_CUDA_GEMM=simt every GEMM is the double-accumulating SIMT kernel
+// - official mode: with DIL_TEST_KERNELS=linear=simt,... every GEMM is the double-accumulating SIMT kernel
 //   and the logits must equal the CPU's to 1e-5 per position with identical greedy tokens;
 //   with the default cuBLASLt FP8 path (2.3e-4 relative error per projection, tests/cuda)
 //   FP8 roundings of activations flip early, so the bounds are those of the CPU's own
 //   comparison with DeepSeek's code over decode: total rel L2 <= 0.2 against
-//   reference-official.safetensors, argmax agreement >= 75%.
+//   reference-official.safetensors, argmax agreement >= 75%;
+// - fast mode (bf16 activations, the CPU's fast numerics as the specification): with
+//   DIL_TEST_KERNELS=linear=simt,... the GEMMs are the SIMT kernels (bit-identical f32 results,
+//   hence identical bf16 roundings), the attention (head dim 128: the FP64 kernel), compressor
+//   and mHC sums are double like the CPU's and the indexer's tensor cores exact: the official
+//   simt bound again (1e-5 per position, identical greedy tokens). With the default plan the
+//   cuBLASLt FP8 error flips activation roundings from the first position on, so the logits sit
+//   at the chaos level of these random weights; its size is measured in the same run as the
+//   CPU's own distance between fast and official numerics on the same sequences (every
+//   activation moved by a bf16 rounding: 0.156 total rel L2, argmax 324/400 on seq2 when this
+//   test was written), and the CUDA logits must be within twice that (total over the three
+//   sequences), argmax agreement >= 60% (the chaos level agrees ~80%).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -28,16 +39,19 @@ std::string fixture_dir() {
   const char* d = std::getenv("DIL_V4_TINY");
   return d ? std::string(d) : std::string(DIL_SOURCE_DIR) + "/tests/data/v4-tiny";
 }
-bool simt_only() {
-  const char* g = std::getenv("DIL_CUDA_GEMM");
-  return g && std::strcmp(g, "simt") == 0;
+// DIL_TEST_KERNELS (tests/cuda/parity.h): scripts/gpu-check forces the exact SIMT GEMMs.
+BackendOptions test_options() {
+  BackendOptions o;
+  if (const char* k = std::getenv("DIL_TEST_KERNELS")) parse_kernel_overrides(k, &o);
+  return o;
 }
+bool simt_only() { return test_options().force.count("linear") > 0; }
 
 struct ModelRun {
   std::unique_ptr<Backend> be;
   std::unique_ptr<Model> model;
   int64_t V = 0;
-  ModelRun(BackendKind k, Numerics n) : be(make_backend(k)) {
+  ModelRun(BackendKind k, Numerics n) : be(make_backend(k, 0, k == BackendKind::CUDA ? test_options() : BackendOptions{})) {
     ModelOptions o;
     o.numerics = n;
     model = load_model(fixture_dir(), *be, o);
@@ -123,6 +137,44 @@ TEST_F(V4TinyCuda, OfficialMode) {
       EXPECT_LE(d.total_rel_l2, 0.2) << k;
       EXPECT_GE(d.argmax_agree, int(0.75 * d.rows)) << k;
     }
+  }
+  auto prompt = ids_of(ref, "decode.input_ids");
+  auto g = gpu.greedy(prompt, 40), c = cpu.greedy(prompt, 40);
+  int same = 0;
+  for (int i = 0; i < 40; ++i) same += g[size_t(i)] == c[size_t(i)];
+  std::printf("MODEL | %-36s | greedy 40 steps: %d/40 equal to the CPU\n", path, same);
+  if (simt_only()) {
+    EXPECT_EQ(g, c);
+  }
+}
+
+TEST_F(V4TinyCuda, FastMode) {
+  SafeTensors ref = SafeTensors::open(fixture_dir() + "/reference-official.safetensors");
+  ModelRun gpu(BackendKind::CUDA, Numerics::Fast), cpu(BackendKind::CPU, Numerics::Fast);
+  const char* path = simt_only() ? "fast simt" : "fast default";
+  std::vector<float> g_all, c_all, o_all;
+  {
+    ModelRun off(BackendKind::CPU, Numerics::Official);
+    for (int i = 0; i < 3; ++i) {
+      std::string k = "seq" + std::to_string(i);
+      auto ids = ids_of(ref, k + ".input_ids");
+      auto got = gpu.full(ids), want = cpu.full(ids), other = off.full(ids);
+      Diff c = compare_logits(got, want, gpu.V);
+      report((std::string(path) + " " + k + " gpu vs cpu").c_str(), c);
+      if (simt_only()) {
+        EXPECT_LE(c.max_rel_l2, 1e-5) << k;
+      }
+      g_all.insert(g_all.end(), got.begin(), got.end());
+      c_all.insert(c_all.end(), want.begin(), want.end());
+      o_all.insert(o_all.end(), other.begin(), other.end());
+    }
+  }
+  const Diff all = compare_logits(g_all, c_all, gpu.V), chaos = compare_logits(o_all, c_all, gpu.V);
+  report((std::string(path) + " seq0-2 gpu vs cpu").c_str(), all);
+  report("cpu official vs cpu fast seq0-2 (chaos)", chaos);
+  if (!simt_only()) {
+    EXPECT_LE(all.total_rel_l2, 2 * chaos.total_rel_l2);
+    EXPECT_GE(all.argmax_agree, int(0.6 * all.rows));
   }
   auto prompt = ids_of(ref, "decode.input_ids");
   auto g = gpu.greedy(prompt, 40), c = cpu.greedy(prompt, 40);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -18,6 +19,18 @@
 #include "test_util.h"  // tests/kernels: view, random_vec, SeqSpec, make_meta
 
 namespace dil::test {
+
+// Backend options of the CUDA test binaries, from the test environment (never read by the
+// backends): DIL_TEST_KERNELS="op=impl,..." forces implementations (scripts/gpu-check runs the
+// exact SIMT GEMMs with linear=simt,grouped_linear=simt,moe_experts=simt), DIL_TEST_LT_LAYOUT="ab"
+// probes cuBLASLt's FP8 scale layouts.
+inline BackendOptions test_options() {
+  BackendOptions o;
+  if (const char* k = std::getenv("DIL_TEST_KERNELS")) parse_kernel_overrides(k, &o);
+  if (const char* l = std::getenv("DIL_TEST_LT_LAYOUT")) o.lt_fp8_layout = l;
+  return o;
+}
+inline bool forced(const char* op) { return test_options().force.count(op) > 0; }
 
 inline std::vector<int32_t> rnd_int(size_t n, uint32_t seed, int lo, int hi) {
   std::mt19937 rng(seed);
@@ -104,6 +117,21 @@ inline HostWeight make_weight(Weight::Kind kind, int64_t out, int64_t in, int bl
   return h;
 }
 
+// Host bf16 data: v rounded to bf16 (RNE), and bf16 values widened to f32 (exact).
+inline std::vector<uint16_t> bf16_of(const std::vector<float>& v) {
+  std::vector<uint16_t> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = f32_to_bf16(v[i]);
+  return o;
+}
+inline std::vector<float> widen(const std::vector<uint16_t>& v) {
+  std::vector<float> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = bf16_to_f32(v[i]);
+  return o;
+}
+inline Tensor bview(std::vector<uint16_t>& v, std::initializer_list<int64_t> dims) {
+  return Tensor(v.data(), DType::BF16, dims);
+}
+
 struct Stats {
   double max_abs = 0, rel_l2 = 0, max_ref = 0;
   size_t bad = 0;  // non-finite outputs or elements over the per-element bound
@@ -114,7 +142,7 @@ class CudaParity : public ::testing::Test {
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     cpu = make_backend(BackendKind::CPU);
-    gpu = make_backend(BackendKind::CUDA);
+    gpu = make_backend(BackendKind::CUDA, 0, test_options());
   }
 
   // Device copy of host data (kept alive by the fixture).
@@ -128,16 +156,26 @@ class CudaParity : public ::testing::Test {
   }
   Tensor devf(const std::vector<float>& h, std::initializer_list<int64_t> dims) { return dev(h, DType::F32, dims); }
   Tensor devi(const std::vector<int32_t>& h, std::initializer_list<int64_t> dims) { return dev(h, DType::I32, dims); }
-  // A device output filled with NaN (i32 outputs get the NaN bit pattern, an invalid index).
+  // A device output filled with NaN (i32 outputs get the NaN bit pattern, an invalid index;
+  // bf16 outputs the bf16 NaN 0x7fc0).
   Tensor poisoned(DType dt, std::initializer_list<int64_t> dims) {
     Tensor t(nullptr, dt, dims, Device::CUDA);
     bufs.push_back(gpu->alloc(t.nbytes() ? t.nbytes() : 4));
     t.data = bufs.back().data();
+    if (t.numel() == 0) return t;
+    if (dt == DType::BF16) {
+      gpu->upload(t, std::vector<uint16_t>(size_t(t.numel()), 0x7fc0).data());
+      return t;
+    }
     Tensor f = t;
     f.dtype = DType::F32;
-    if (t.numel()) gpu->fill(f, NAN);
+    gpu->fill(f, NAN);
     return t;
   }
+  // bf16 activations (fast numerics): device copies of host bf16 data, and bf16 outputs
+  // downloaded widened to f32 (exact).
+  Tensor devb(const std::vector<uint16_t>& h, std::initializer_list<int64_t> dims) { return dev(h, DType::BF16, dims); }
+  std::vector<float> downb(const Tensor& t) { return widen(down<uint16_t>(t)); }
   template <typename T>
   std::vector<T> down(const Tensor& t) {
     std::vector<T> h(size_t(t.numel()));
@@ -185,6 +223,56 @@ class CudaParity : public ::testing::Test {
     EXPECT_EQ(s.bad, 0u) << op << " " << shape << ": elements non-finite or over the bound";
     EXPECT_LE(s.rel_l2, rel_tol) << op << " " << shape;
     return s;
+  }
+  // bf16 outputs (fast numerics), each side rounded once (RNE) from its own f32 result; rel_tol
+  // and abs_tol bound those f32 results as compare() does ((0, 0): bit-identical required).
+  // Rounding keeps each within half a bf16 ulp of its f32 value, so per element
+  //   |got - ref| <= abs_tol * max(1, max|ref|) + ulp_bf16(max(|got|, |ref|)),
+  // one bf16 ulp (2^-7 relative at most) more than the f32 bound. In L2: the outputs differ
+  // only where a rounding midpoint lies between the two f32 results, i.e. (their position within
+  // an ulp being uniform) with probability |d_i| / ulp_i, by one ulp: E||got - ref||^2 =
+  // sum |d_i| ulp_i <= ||d|| ||ulp||, so E rel_l2 <= sqrt(rel_tol * 2^-7); the check allows
+  // rel_tol + 2 sqrt(rel_tol * 2^-7). got / ref: the bf16 values widened to f32.
+  Stats compare_bf16(const std::string& op, const std::string& shape, const std::vector<float>& got,
+                     const std::vector<float>& ref, double rel_tol, double abs_tol) {
+    Stats s;
+    EXPECT_EQ(got.size(), ref.size());
+    const bool exact = rel_tol == 0 && abs_tol == 0;
+    const double l2_tol = exact ? 0.0 : rel_tol + 2.0 * std::sqrt(rel_tol * 0x1p-7);
+    double num = 0, den = 0;
+    size_t differ = 0;
+    for (size_t i = 0; i < ref.size() && i < got.size(); ++i) s.max_ref = std::max(s.max_ref, std::fabs(double(ref[i])));
+    for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+      const bool same = std::memcmp(&got[i], &ref[i], 4) == 0;
+      if (!same) ++differ;
+      if (!std::isfinite(got[i]) && !same) {
+        ++s.bad;
+        continue;
+      }
+      const double d = same ? 0.0 : double(got[i]) - double(ref[i]);
+      s.max_abs = std::max(s.max_abs, std::fabs(d));
+      const double allowed =
+          exact ? 0.0 : abs_tol * std::max(1.0, s.max_ref) + ulp_bf16(std::max(std::fabs(got[i]), std::fabs(ref[i])));
+      if (std::fabs(d) > allowed) ++s.bad;
+      num += d * d;
+      den += double(ref[i]) * ref[i];
+    }
+    s.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    std::printf("PARITY | %-22s | %-34s | max_abs %.3e | rel_l2 %.3e | tol rel %.0e abs %.0e bf16 +1ulp, %zu of %zu "
+                "differ | %s\n",
+                op.c_str(), shape.c_str(), s.max_abs, s.rel_l2, rel_tol, abs_tol, differ, ref.size(),
+                (s.bad == 0 && s.rel_l2 <= l2_tol) ? "ok" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_EQ(s.bad, 0u) << op << " " << shape << ": elements non-finite or over the bound";
+    EXPECT_LE(s.rel_l2, l2_tol) << op << " " << shape;
+    return s;
+  }
+  // One unit in the last place of a bf16 value of magnitude a (8 significant bits).
+  static double ulp_bf16(double a) {
+    if (!(a > 0)) return std::ldexp(1.0, -133);
+    int e;
+    std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1)
+    return std::ldexp(1.0, std::max(e - 8, -133));
   }
   void compare_exact_i32(const std::string& op, const std::string& shape, const std::vector<int32_t>& got,
                          const std::vector<int32_t>& ref) {

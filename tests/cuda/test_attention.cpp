@@ -72,7 +72,7 @@ class CudaAttention : public CudaParity {
     ha.sink = view(sink, {kH});
     ha.scale = 1.0f / std::sqrt(float(kD));
     ha.window = int(kW);
-    ha.split_bf16 = split_bf16;
+    gpu->set_numerics(split_bf16 ? Numerics::Official : Numerics::Reference);  // the plan picks the path
     std::vector<float> ref(q.size());
     ha.out = view(ref, {T, kH, kD});
     cpu->sparse_attention(ha, m);
@@ -116,6 +116,303 @@ TEST_F(CudaAttention, TensorCoresAllKinds) {
   run({"hca m128 all rows T=18 (17@300,1@1M)", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 212, true);
   run({"swa T=20 (17@0,3@126)", {{0, 17, 0, {}}, {126, 3, 2, {}}}, 0, false, 0}, 222, true);
   run({"v41 m2 K512 T=18 (17@2040,1@129)", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 232, true);
+}
+
+// ---- Fast numerics: bf16 q, rows and out.
+//
+// mma_bf16 (attention_mma.cu with T = bf16). Its bound per output element (token t, head h,
+// dim c), derived from the arithmetic before any run and evaluated on the host from the test's
+// own data (w_j the exact softmax weights of the reference, including the sink in the
+// denominator; A_c = sum_j w_j |v_jc|; u = 2^-24; kUmma = 2^-20, the per-instruction model of the
+// tensor cores' f32 accumulation of test_moe_mma.cpp):
+// 1. Scores. q and the rows are bf16, so every product q_i k_i is exact in f32; one mma.sync
+//    adds 16 of them to the accumulator with an error <= kUmma (|c| + sum of the 16 |products|),
+//    and over the 32 instructions of a 512-dim dot product (partial sums bounded by
+//    a_j = sum_i |q_i k_ji|): |dS_j| <= 32 kUmma a_j = 2^-15 a_j; the f32 multiply by the scale
+//    adds u |s_j|. eps = max_j (scale 2^-15 a_j + 2u |s_j|) over the token's candidate rows.
+// 2. exp. p_j = expf(s_j - m) in f32: relative error <= 2^-22 (2 ulp) + u |s_j - m| (the
+//    rounding of the argument); eta = the max over the rows. The online rescaling multiplies the
+//    running sum and the accumulators by the same corr, so corr's own error cancels in the ratio.
+// 3. Weights. With every score off by <= eps and every p by <= eta (relative), each normalised
+//    weight (the denominator, sink included, moves by at most e^(eps + eta) as a whole) lies in
+//    w_j e^(+-2(eps + eta)): |dw_j| <= (E - 1) w_j, E = e^(2(eps + eta)).
+// 4. BF16 P. The probabilities are rounded to bf16 for P.V (RNE: relative 2^-8 at most, bf16 has
+//    8 significant bits), the row sum keeps the f32 ones: the numerator moves by <= 2^-8 sum_j
+//    w'_j |v_jc| <= 2^-8 E A_c.
+// 5. P.V accumulation: 2 instructions per chunk of 32 rows (C chunks), each off by <= kUmma
+//    times a partial sum of p|v| (<= the total); the rescales and the row sums round once per
+//    value and chunk (<= 14 C u relative); the final normalisation (sink, two exps, a division,
+//    a product) <= 2^-17 relative: gamma = kUmma (2C + 1) + 14 C u + 2^-17.
+// So |o_gpu - o_exact| <= ((E - 1) + E (1 + 2^-8)(2^-8 + gamma)) A_c, and both outputs are
+// rounded once to bf16: one bf16 ulp more per element. The P rounding dominates (2^-8 A_c);
+// it is a worst case (every rounding in the same direction).
+// In L2 (random rounding directions): each rounding of p_j is an independent error of variance
+// <= (2^-8)^2 / 3 relative (uniform within +-2^-8), so the f32 outputs differ by d_c with
+// E d_c^2 <= s_c^2 = 2^-16 / 3 sum_j w_j^2 v_jc^2 + ((E - 1 + E gamma) A_c)^2 (steps 1-3 and 5
+// taken at their worst); the two bf16 roundings then differ by one ulp where a rounding midpoint
+// lies between the two values (probability |d_c| / ulp), so E (got - ref)^2 <= s_c^2 + s_c ulp_c.
+// The test requires the sum over all elements of the squared differences to stay below 4x the
+// sum of those expectations (a single dominant row's rounding error, fully correlated over the
+// 512 dims, reaches at most 3x its expectation: rho^2 <= 2^-16 = 3 E rho^2).
+// fp64 (forced, or at head dims != 512): double arithmetic like the reference, the f32 bound
+// (1e-6 / 1e-6) plus one bf16 ulp.
+struct FastAttn {
+  int64_t H = kH, D = kD;
+  float q_amp = 1.0f;      // amplitude of q (6: peaky softmax, many rescales)
+  bool force_fp64 = false;
+};
+
+class CudaAttentionFast : public CudaParity {
+ protected:
+  void run(AttnCase c, uint32_t seed, FastAttn f = {}) {
+    if (f.force_fp64) {
+      BackendOptions o = test_options();
+      o.force["sparse_attention"] = "fp64";
+      gpu = make_backend(BackendKind::CUDA, 0, o);
+    }
+    cpu->set_numerics(Numerics::Fast);
+    gpu->set_numerics(Numerics::Fast);
+    const int64_t H = f.H, D = f.D;
+    const int rpb = c.ratio ? int(128 / c.ratio) : 0;
+    int base = 0;
+    for (auto& sq : c.seqs) {
+      if (!c.ratio) continue;
+      int rows = (sq.start_pos + sq.len) / c.ratio;
+      int nb = std::max(1, (rows + rpb - 1) / rpb);
+      sq.blocks = block_list(nb, base, seed + base);
+      base += nb;
+    }
+    ASSERT_LE(base, c.n_blocks);
+    StepMeta m = make_meta(c.seqs);
+    const int64_t T = m.n_tokens, n_slots = 4;
+    auto qf = random_vec(size_t(T * H * D), seed + 1, f.q_amp);
+    auto q = bf16_of(qf), kv = bf16_of(random_vec(size_t(T * D), seed + 2));
+    auto ring = bf16_of(random_vec(size_t(n_slots * kW * D), seed + 3));
+    auto comp = c.ratio ? bf16_of(random_vec(size_t(c.n_blocks * rpb * D), seed + 4)) : std::vector<uint16_t>();
+    auto sink = random_vec(size_t(H), seed + 5, 2.0f);
+    const int64_t K = 512;
+    std::vector<int32_t> idx;
+    if (c.with_idx) {
+      idx.assign(size_t(T * K), -1);
+      std::mt19937 rng(seed + 6);
+      for (int64_t t = 0; t < T; ++t) {
+        int vis = (m.h_tok_pos[t] + 1) / c.ratio;
+        std::vector<int32_t> all(static_cast<size_t>(vis));
+        for (int r = 0; r < vis; ++r) all[r] = r;
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int64_t k = 0; k < std::min<int64_t>(K, vis); ++k) idx[t * K + k] = all[k];
+        if (vis > 3) idx[t * K + 1] = vis + 5;  // beyond the visible rows: must be skipped
+      }
+    }
+    const float scale = 1.0f / std::sqrt(float(D));
+    AttnArgs ha;
+    ha.q = bview(q, {T, H, D});
+    ha.kv_new = bview(kv, {T, D});
+    ha.ring = bview(ring, {n_slots, kW, D});
+    if (c.ratio) ha.comp = bview(comp, {c.n_blocks, rpb, D});
+    ha.comp_ratio = c.ratio;
+    ha.rows_per_block = rpb;
+    if (c.with_idx) ha.comp_idx = view(idx, {T, K});
+    ha.sink = view(sink, {H});
+    ha.scale = scale;
+    ha.window = int(kW);
+    std::vector<uint16_t> ref(q.size());
+    ha.out = bview(ref, {T, H, D});
+    cpu->sparse_attention(ha, m);
+
+    StepMeta gm = m;
+    upload_meta(gm);
+    AttnArgs ga = ha;
+    ga.q = devb(q, {T, H, D});
+    ga.kv_new = devb(kv, {T, D});
+    ga.ring = devb(ring, {n_slots, kW, D});
+    if (c.ratio) ga.comp = devb(comp, {c.n_blocks, rpb, D});
+    if (c.with_idx) ga.comp_idx = devi(idx, {T, K});
+    ga.sink = devf(sink, {H});
+    ga.out = poisoned(DType::BF16, {T, H, D});
+    gpu->sparse_attention(ga, gm);
+    const std::string impl =
+        gpu->impl_for(attention_site(int(H), int(D), c.ratio, c.with_idx ? int(K) : 0, DType::BF16, Numerics::Fast), T)
+            .name;
+    const auto got = downb(ga.out);
+    const auto want = widen(ref);
+    if (impl != "mma_bf16") {
+      ASSERT_EQ(impl, "fp64");
+      compare_bf16("sparse_attention fp64", c.what, got, want, 1e-6, 1e-6);
+      return;
+    }
+    ASSERT_FALSE(f.force_fp64);
+
+    // The bound of every element (steps 1-5 above), from the widened bf16 inputs.
+    const auto qw = widen(q), kvw = widen(kv), ringw = widen(ring), compw = widen(comp);
+    std::vector<double> bound(q.size()), sigma2(q.size());
+    std::vector<const float*> rows;
+    std::vector<double> sc, ab, w;
+    for (int64_t t = 0; t < T; ++t) {
+      const int sq = m.h_tok_seq[t], p = m.h_tok_pos[t];
+      const int start = m.h_start_pos[sq], q0 = m.h_q_start[sq], slot = m.h_slot[sq];
+      rows.clear();  // as CpuBackend::sparse_attention: window rows, then the visible compressed rows
+      for (int j = std::max<int>(0, p - int(kW) + 1); j <= p; ++j)
+        rows.push_back(j >= start ? kvw.data() + int64_t(q0 + j - start) * D
+                                  : ringw.data() + (int64_t(slot) * kW + j % kW) * D);
+      const int n_win = int(rows.size());
+      int n_cand = n_win;
+      if (c.ratio > 0) {
+        const int n_vis = (p + 1) / c.ratio;
+        auto add = [&](int r) {
+          const int blk = m.h_block_table[size_t(sq) * m.max_blocks + r / rpb];
+          rows.push_back(compw.data() + (int64_t(blk) * rpb + r % rpb) * D);
+        };
+        if (!c.with_idx) {
+          for (int r = 0; r < n_vis; ++r) add(r);
+          n_cand += n_vis;
+        } else {
+          for (int64_t k = 0; k < K; ++k)
+            if (idx[t * K + k] >= 0 && idx[t * K + k] < n_vis) add(idx[t * K + k]);
+          n_cand += int(K);
+        }
+      }
+      const size_t n = rows.size();
+      const double C = std::ceil(double(n_cand) / 32.0);
+      sc.resize(n);
+      ab.resize(n);
+      w.resize(n);
+      for (int64_t h = 0; h < H; ++h) {
+        const float* qh = qw.data() + (t * H + h) * D;
+        double mx = -INFINITY;
+        for (size_t j = 0; j < n; ++j) {
+          double dot = 0, a = 0;
+          for (int64_t i = 0; i < D; ++i) {
+            const double pr = double(qh[i]) * rows[j][i];
+            dot += pr;
+            a += std::fabs(pr);
+          }
+          sc[j] = dot * double(scale);
+          ab[j] = a;
+          mx = std::max(mx, sc[j]);
+        }
+        double eps = 0, eta = 0, den = 0;
+        for (size_t j = 0; j < n; ++j) {
+          eps = std::max(eps, double(scale) * 0x1p-15 * ab[j] + 0x1p-23 * std::fabs(sc[j]));
+          w[j] = std::exp(sc[j] - mx);
+          den += w[j];
+        }
+        for (size_t j = 0; j < n; ++j) eta = std::max(eta, 0x1p-22 + 0x1p-24 * (std::fabs(sc[j] - mx) + 2 * eps));
+        den += std::exp(double(sink[size_t(h)]) - mx);
+        for (size_t j = 0; j < n; ++j) w[j] /= den;
+        const double E = std::exp(2 * (eps + eta));
+        const double gamma = 0x1p-20 * (2 * C + 1) + 14 * C * 0x1p-24 + 0x1p-17;
+        const double coef = (E - 1) + E * (1 + 0x1p-8) * (0x1p-8 + gamma);
+        const double acc_coef = (E - 1) + E * gamma;  // the terms that are not the random P roundings
+        for (int64_t cc = 0; cc < D; ++cc) {
+          double A = 0, V = 0;
+          for (size_t j = 0; j < n; ++j) {
+            const double v = rows[j][cc];
+            A += w[j] * std::fabs(v);
+            V += w[j] * w[j] * v * v;
+          }
+          const size_t e = size_t((t * H + h) * D + cc);
+          bound[e] = coef * A;
+          sigma2[e] = 0x1p-16 / 3 * V + (acc_coef * A) * (acc_coef * A);  // s_c^2
+        }
+      }
+    }
+    size_t bad = 0, differ = 0;
+    double max_abs = 0, worst = 0, num = 0, expect = 0, den = 0, bsum = 0, rabs = 0;
+    for (size_t e = 0; e < want.size(); ++e) {
+      const double d = std::fabs(double(got[e]) - double(want[e]));
+      const double ulp = ulp_bf16(std::max(std::fabs(got[e]), std::fabs(want[e])));
+      differ += got[e] != want[e];
+      if (!std::isfinite(got[e]) || !(d <= bound[e] + ulp)) ++bad;
+      if (std::isfinite(got[e])) {
+        max_abs = std::max(max_abs, d);
+        worst = std::max(worst, d / (bound[e] + ulp));
+        num += d * d;
+      }
+      expect += sigma2[e] + std::sqrt(sigma2[e]) * ulp;
+      den += double(want[e]) * want[e];
+      bsum += bound[e];
+      rabs += std::fabs(double(want[e]));
+    }
+    std::printf("PARITY | %-22s | %-34s | max_abs %.3e | rel_l2 %.3e | err/bound max %.3f, L2 %.2f of its expectation, "
+                "mean bound/|ref| %.1e, %zu of %zu differ | %s\n",
+                "sparse_attention bf16", c.what, max_abs, std::sqrt(num / std::max(den, 1e-300)), worst,
+                std::sqrt(num / std::max(expect, 1e-300)), bsum / std::max(rabs, 1e-300), differ, want.size(),
+                bad == 0 && num <= 4 * expect ? "ok" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_EQ(bad, 0u) << c.what << ": elements over the derived bound (or non-finite)";
+    EXPECT_LE(num, 4 * expect) << c.what << ": squared error above 4x its expectation";
+    // The f32-in / f32-out paths would give other roundings; bit-identical everywhere would mean
+    // the BF16 P rounding did not happen (the fp64 path ran).
+    EXPECT_GT(differ, 0u) << c.what << ": bit-identical to the CPU: the tensor-core path did not run";
+  }
+};
+
+TEST_F(CudaAttentionFast, TensorCoresAllKinds) {
+  run({"csa m4 K512 T=19 (17@4000,1@7,1@0)", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 261);
+  run({"hca m128 all rows T=18 (17@300,1@1M)", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 262);
+  run({"swa T=20 (17@0,3@126)", {{0, 17, 0, {}}, {126, 3, 2, {}}}, 0, false, 0}, 263);
+  run({"v41 m2 K512 T=18 (17@2040,1@129)", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 264);
+  run({"T=1 decode csa m4 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 265);
+}
+
+TEST_F(CudaAttentionFast, PeakySoftmaxAndV41Heads) {
+  // q 6x larger: scores spread over ~+-10, the running max moves often (rescales), few rows
+  // carry the weight (the P rounding of the largest ones dominates).
+  FastAttn peaky;
+  peaky.q_amp = 6.0f;
+  run({"peaky csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 271, peaky);
+  run({"peaky hca m128 T=18 (17@300,1@1M)", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 272, peaky);
+  FastAttn h32;  // 32 heads: two CTAs per token along y
+  h32.H = 32;
+  run({"H32 v41 m2 K512 T=17@2040", {{2040, 17, 0, {}}}, 2, true, 20}, 273, h32);
+}
+
+TEST_F(CudaAttentionFast, Fp64OnBf16) {
+  FastAttn small;  // v4-tiny heads: 4 x 128, no tensor-core kernel (head dim 512 only)
+  small.H = 4;
+  small.D = 128;
+  run({"fp64 4x128 csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 281, small);
+  run({"fp64 4x128 swa T=20", {{0, 17, 0, {}}, {126, 3, 2, {}}}, 0, false, 0}, 282, small);
+  FastAttn forced;
+  forced.force_fp64 = true;
+  run({"fp64 forced 64x512 hca m128 T=18", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 283, forced);
+  run({"fp64 forced 64x512 v41 m2 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 284, forced);
+}
+
+TEST_F(CudaParity, RingWriteAndPagedWriteBf16) {
+  StepMeta m = make_meta({{0, 200, 1, {}}, {127, 3, 3, {}}, {5, 1, 0, {}}});
+  const int64_t T = m.n_tokens, S = 4;
+  auto kv = bf16_of(random_vec(size_t(T * kD), 291)), ring = bf16_of(random_vec(size_t(S * kW * kD), 292));
+  Tensor gring = devb(ring, {S, kW, kD});
+  StepMeta gm = m;
+  upload_meta(gm);
+  cpu->ring_write(bview(kv, {T, kD}), bview(ring, {S, kW, kD}), m);
+  gpu->ring_write(devb(kv, {T, kD}), gring, gm);
+  compare_bf16("ring_write", "bf16 T=204 (200@0 wraps, 3@127, 1@5)", downb(gring), widen(ring), 0, 0);
+  // Paged rows of 128 (indexer keys) into shuffled blocks.
+  EmitPlan plan;
+  for (int k = 0; k < 6; ++k) {
+    plan.h_seq.push_back(k % 3);
+    plan.h_row.push_back(5 * k + 1);
+    plan.h_pos.push_back(4 * (5 * k + 1));
+  }
+  plan.n = 6;
+  EmitPlan gplan = plan;
+  gplan.seq = devi(plan.h_seq, {plan.n});
+  gplan.row = devi(plan.h_row, {plan.n});
+  gplan.pos = devi(plan.h_pos, {plan.n});
+  StepMeta pm = m;
+  pm.max_blocks = 2;
+  pm.h_block_table = {3, 0, 5, 1, 2, 4};
+  StepMeta gpm = pm;
+  upload_meta(gpm);
+  const int64_t nb = 6, rpb = 32, di = 128;
+  auto rows = bf16_of(random_vec(size_t(plan.n * di), 293)), cache = bf16_of(random_vec(size_t(nb * rpb * di), 294));
+  Tensor gcache = devb(cache, {nb, rpb, di});
+  cpu->paged_write(bview(rows, {plan.n, di}), bview(cache, {nb, rpb, di}), int(rpb), plan, pm);
+  gpu->paged_write(devb(rows, {plan.n, di}), gcache, int(rpb), gplan, gpm);
+  compare_bf16("paged_write", "bf16 6 rows of 128 into [6,32,128]", downb(gcache), widen(cache), 0, 0);
 }
 
 TEST_F(CudaParity, RingWrite) {
@@ -220,6 +517,62 @@ TEST_F(CudaParity, Compressor) {
     cpu->paged_write(view(out, {plan.n, c.dc}), view(cache, {nb, rpb, c.dc}), rpb, plan, pm);
     gpu->paged_write(devf(out, {plan.n, c.dc}), gcache, rpb, gplan, gpm);
     compare("paged_write", sh, down<float>(gcache), cache, 0, 0);
+  }
+}
+
+}  // namespace
+}  // namespace dil::test
+
+namespace dil::test {
+namespace {
+
+// Fast numerics: the pooled rows are bf16 (a, g and the state stay f32, as the official
+// compressor pools in fp32). The rows keep the f32 bound plus one bf16 ulp; the state exact.
+TEST_F(CudaParity, CompressorBf16Rows) {
+  for (CompCase c : {CompCase{"bf16 v4 csa m4 overlap dc512", 4, 512, true, true},
+                     CompCase{"bf16 v4 indexer m4 overlap dc128", 4, 128, true, true},
+                     CompCase{"bf16 v4 hca m128 dc512", 128, 512, false, true},
+                     CompCase{"bf16 v41 m2 dc512 no ape", 2, 512, false, false}}) {
+    StepMeta m = make_meta({{0, 17, 0, {}}, {6, 1, 1, {}}, {125, 7, 2, {}}, {3, 1, 3, {}}, {255, 1, 4, {}}});
+    const int64_t T = m.n_tokens, S = 5, C = int64_t(c.overlap ? 2 : 1) * c.dc,
+                  rows = int64_t(c.overlap ? 2 : 1) * c.ratio;
+    auto a = random_vec(size_t(T * C), 257), g = random_vec(size_t(T * C), 258, 3.0f);
+    auto ape = random_vec(size_t(c.ratio * C), 259);
+    auto skv = random_vec(size_t(S * rows * C), 260), ssc = random_vec(size_t(S * rows * C), 261, 3.0f);
+    std::vector<int32_t> reset = {0};
+    cpu->reset_state(view(skv, {S, rows, C}), view(ssc, {S, rows, C}), reset);
+    EmitPlan plan = make_plan(m, c.ratio);
+    ASSERT_GT(plan.n, 0);
+    std::vector<uint16_t> out(size_t(plan.n * c.dc));
+    CompressorArgs ha;
+    ha.a = view(a, {T, C});
+    ha.g = view(g, {T, C});
+    if (c.ape) ha.ape = view(ape, {c.ratio, C});
+    ha.state_kv = view(skv, {S, rows, C});
+    ha.state_score = view(ssc, {S, rows, C});
+    ha.ratio = c.ratio;
+    ha.overlap = c.overlap;
+    ha.dc = c.dc;
+    ha.out = bview(out, {plan.n, c.dc});
+    CompressorArgs ga = ha;
+    ga.a = devf(a, {T, C});
+    ga.g = devf(g, {T, C});
+    if (c.ape) ga.ape = devf(ape, {c.ratio, C});
+    ga.state_kv = devf(skv, {S, rows, C});
+    ga.state_score = devf(ssc, {S, rows, C});
+    ga.out = poisoned(DType::BF16, {plan.n, c.dc});
+    EmitPlan gplan = plan;
+    gplan.seq = devi(plan.h_seq, {plan.n});
+    gplan.row = devi(plan.h_row, {plan.n});
+    gplan.pos = devi(plan.h_pos, {plan.n});
+    StepMeta gm = m;
+    upload_meta(gm);
+    cpu->compressor(ha, plan, m);
+    gpu->compressor(ga, gplan, gm);
+    std::string sh = std::string(c.what) + " emits " + std::to_string(plan.n);
+    compare_bf16("compressor rows", sh, downb(ga.out), widen(out), 1e-7, 3e-7);
+    compare("compressor state kv", sh, down<float>(ga.state_kv), skv, 0, 0);
+    compare("compressor state score", sh, down<float>(ga.state_score), ssc, 0, 0);
   }
 }
 

@@ -127,7 +127,7 @@ TEST_F(CudaBench, DISABLED_MoeAttentionIndexer) {
 }
 
 // Routed experts at the V4.1-Flash prefill shape (T=4096, E=384 top-6, D=5120, I=2304, FP4
-// weights, act_block 32): the tensor-core path (default) and the SIMT kernels (DIL_CUDA_MOE=simt).
+// weights, act_block 32): the tensor-core path (default) and the SIMT kernels (forced).
 // 16 distinct weight sets (expert e uses set e % 16); routing uniformly random.
 TEST_F(CudaBench, DISABLED_MoeExpertsPrefill) {
   const int64_t T = 4096, D = 5120, I = 2304, E = 384;
@@ -141,11 +141,11 @@ TEST_F(CudaBench, DISABLED_MoeExpertsPrefill) {
   const auto x = random_vec(size_t(T * D), 1020), rw = random_vec(size_t(T * k), 1021);
   const auto idx = rnd_int(size_t(T * k), 1022, 0, int(E - 1));
   for (bool simt : {false, true}) {
-    if (simt) {  // a fresh backend reads DIL_CUDA_MOE; the previous one's buffers go first
+    if (simt) {  // a fresh backend with the SIMT kernels forced; the previous one's buffers go first
       bufs.clear();
-      ::setenv("DIL_CUDA_MOE", "simt", 1);
-      gpu = make_backend(BackendKind::CUDA);
-      ::unsetenv("DIL_CUDA_MOE");
+      BackendOptions o = test_options();
+      o.force["moe_experts"] = "simt";
+      gpu = make_backend(BackendKind::CUDA, 0, o);
     }
     std::vector<Weight> d1, d2, d3, g1, g2, g3;
     for (int i = 0; i < sets; ++i) {

@@ -11,10 +11,7 @@
 namespace dil::test {
 namespace {
 
-bool simt_only() {
-  const char* g = std::getenv("DIL_CUDA_GEMM");
-  return g && std::strcmp(g, "simt") == 0;
-}
+bool simt_only() { return forced("linear"); }
 
 struct LinCase {
   Weight::Kind kind;
@@ -98,6 +95,116 @@ TEST_F(CudaLinear, Bf16AndF32) {
   run({K::BF16, 100, 72, 0, 0, 17, "odd [100,72]"}, 136);
 }
 
+// ---- Fast numerics: bf16 activations in, bf16 (or f32: compressor, router, head) out, the
+// fast plan's paths. Each path's bound is the f32 path's (above) plus one bf16 ulp for a bf16
+// output (parity.h compare_bf16), derived as follows:
+// - simt: double accumulation of exact products, like the reference: bit-identical f32, hence
+//   the same bf16 rounding (exact).
+// - cublaslt_fp8: x QDQ'd to e4m3 per 128 (from bf16 now: the same values), the FP8 GEMM's
+//   bound (rel 2e-3 / abs 2e-2); cuBLASLt rounds its f32 result to a bf16 D once.
+// - cublaslt_bf16: bf16 x and a BF16 weight give exact products; the only error is cuBLASLt's
+//   f32 accumulation, the same GEMM (shapes, K, algorithm family) as the split path above,
+//   which meets rel 2e-5 / abs 1e-4 with its split error (2^-17 per activation) on top; so
+//   2e-5 / 1e-4 bounds the pure BF16 GEMM a fortiori.
+// - dequant_bf16_lt (V4.1 32x32 FP8, >= 64 rows): exact BF16 weight and QDQ'd activations, the
+//   same accumulation: rel 2e-5 / abs 1e-4.
+struct FastCase {
+  Weight::Kind kind;
+  int64_t out, in;
+  int block, act;
+  int64_t T;
+  DType odt;  // output dtype
+  std::string what;
+};
+
+class CudaLinearFast : public CudaParity {
+ protected:
+  void run(const FastCase& c, uint32_t seed) {
+    cpu->set_numerics(Numerics::Fast);
+    gpu->set_numerics(Numerics::Fast);
+    HostWeight hw = make_weight(c.kind, c.out, c.in, c.block, seed);
+    Weight gw = dev_weight(hw);
+    auto x = bf16_of(random_vec(size_t(c.T * c.in), seed + 7, 3.0f));
+    const bool bf = c.odt == DType::BF16;
+    std::vector<uint16_t> ref_b(size_t(c.T * c.out));
+    std::vector<float> ref_f(size_t(c.T * c.out));
+    cpu->linear(bview(x, {c.T, c.in}), hw.wt, c.act,
+                bf ? bview(ref_b, {c.T, c.out}) : view(ref_f, {c.T, c.out}));
+    Tensor go = poisoned(c.odt, {c.T, c.out});
+    gpu->linear(devb(x, {c.T, c.in}), gw, c.act, go);
+    const std::string impl =
+        gpu->impl_for(linear_site(gw, c.act, DType::BF16, c.odt, Numerics::Fast), c.T).name;
+    double rel = 0, abs = 0;
+    if (impl == "cublaslt_fp8") {
+      rel = 2e-3;
+      abs = 2e-2;
+    } else if (impl != "simt") {  // cublaslt_bf16, dequant_bf16_lt
+      rel = 2e-5;
+      abs = 1e-4;
+    }
+    const std::string op = "linear fast " + impl;
+    if (bf) compare_bf16(op, c.what, downb(go), widen(ref_b), rel, abs);
+    else compare(op, c.what, down<float>(go), ref_f, rel, abs);
+  }
+};
+
+TEST_F(CudaLinearFast, V4Fp8BlockScaled) {
+  using K = Weight::Kind;
+  const DType B = DType::BF16, F = DType::F32;
+  for (int64_t T : {1, 17, 127, 128, 129})
+    run({K::FP8, 1024, 4096, 128, 128, T, B, "bf16 wq_a [1024,4096] T=" + std::to_string(T)}, 701 + uint32_t(T));
+  run({K::FP8, 4096, 8192, 128, 128, 17, B, "bf16 wo_b [4096,8192] T=17"}, 711);
+  run({K::FP8, 8192, 1024, 128, 128, 3, B, "bf16 idx wq_b [8192,1024] T=3"}, 712);
+  run({K::FP8, 512, 4096, 128, 128, 17, F, "bf16->f32 wkv [512,4096] T=17"}, 713);
+}
+
+TEST_F(CudaLinearFast, V41Fp8Blocks32) {
+  using K = Weight::Kind;
+  const DType B = DType::BF16;
+  run({K::FP8, 1280, 5120, 32, 32, 17, B, "bf16 v41 wq_a [1280,5120] T=17 (simt)"}, 721);
+  run({K::FP8, 512, 5120, 32, 32, 1, B, "bf16 v41 wkv [512,5120] T=1 (simt)"}, 722);
+  for (int64_t T : {64, 127, 128, 129})
+    run({K::FP8, 1280, 5120, 32, 32, T, B, "bf16 v41 wq_a [1280,5120] T=" + std::to_string(T)}, 723 + uint32_t(T));
+  run({K::FP8, 5120, 2304, 32, 32, 100, B, "bf16 v41 shared w2 [5120,2304] T=100"}, 724);
+}
+
+TEST_F(CudaLinearFast, Bf16WeightsFp4AndF32) {
+  using K = Weight::Kind;
+  const DType B = DType::BF16, F = DType::F32;
+  run({K::BF16, 1024, 4096, 0, 0, 17, F, "bf16->f32 compressor wkv [1024,4096] T=17"}, 731);
+  run({K::BF16, 256, 4096, 0, 128, 1, F, "bf16->f32 router [256,4096] T=1"}, 732);
+  run({K::BF16, 64, 4096, 0, 0, 129, B, "bf16 idx weights_proj [64,4096] T=129"}, 733);
+  run({K::BF16, 129280 / 8, 4096, 0, 0, 2, F, "bf16->f32 head slice [16160,4096] T=2"}, 734);
+  run({K::BF16, 100, 72, 0, 0, 17, B, "bf16 odd [100,72] T=17"}, 735);
+  run({K::BF16, 128, 512, 0, 0, 1, B, "bf16 v41 indexer.wk [128,512] T=1"}, 736);
+  run({K::F32, 384, 5120, 0, 0, 17, F, "bf16->f32 f32 weight [384,5120] (simt)"}, 737);
+  run({K::FP4, 2048, 4096, 32, 128, 7, B, "bf16 fp4 [2048,4096] act128 T=7 (simt)"}, 738);
+}
+
+// wo_a in fast numerics: bf16 inputs [T, 8, 4096] -> bf16 [T, 8, 1024]. Below 64 rows the exact
+// SIMT kernel (bit-identical); from 64 rows one BF16 GEMM per group reading the strided bf16
+// inputs in place (exact operands, f32 accumulation: the BF16 GEMM bound 2e-5 / 1e-4, + 1 ulp).
+TEST_F(CudaParity, GroupedLinearWoAFast) {
+  cpu->set_numerics(Numerics::Fast);
+  gpu->set_numerics(Numerics::Fast);
+  for (int blk : {128, 32}) {
+    HostWeight hw = make_weight(Weight::Kind::FP8, 8192, 4096, blk, 750 + blk);
+    Weight gw = dev_weight(hw);
+    for (int64_t T : {1, 17, 64, 127, 128, 129}) {
+      auto x = bf16_of(random_vec(size_t(T * 8 * 4096), 751 + uint32_t(T)));
+      std::vector<uint16_t> ref(size_t(T * 8 * 1024));
+      cpu->grouped_linear(bview(x, {T, 8, 4096}), hw.wt, 8, bview(ref, {T, 8, 1024}));
+      Tensor go = poisoned(DType::BF16, {T, 8, 1024});
+      gpu->grouped_linear(devb(x, {T, 8, 4096}), gw, 8, go);
+      const std::string impl =
+          gpu->impl_for(grouped_linear_site(gw, 8, DType::BF16, DType::BF16, Numerics::Fast), T).name;
+      const bool exact = impl == "simt";
+      compare_bf16("grouped_linear fast " + impl, "wo_a blk " + std::to_string(blk) + " G=8 T=" + std::to_string(T),
+                   downb(go), widen(ref), exact ? 0 : 2e-5, exact ? 0 : 1e-4);
+    }
+  }
+}
+
 TEST_F(CudaParity, GroupedLinearWoA) {
   // wo_a: x [T, 8, 4096] -> [T, 8, 1024], FP8 weight dequantized, no activation quant.
   for (int64_t T : {1, 17}) {
@@ -128,12 +235,14 @@ TEST_F(CudaParity, GroupedLinearWoA) {
     std::vector<float> rp(size_t(T * 8 * 1024));
     cpu->grouped_linear(view(xp, {T, 8, 4096}), hp.wt, 8, view(rp, {T, 8, 1024}));
     Tensor gop = poisoned(DType::F32, {T, 8, 1024});
-    gpu->grouped_linear(devf(xp, {T, 8, 4096}), gp, 8, gop, /*split_bf16=*/true);
-    const bool lt = !simt_only();
+    gpu->set_numerics(Numerics::Official);  // the plan's split path is official numerics' own
+    gpu->grouped_linear(devf(xp, {T, 8, 4096}), gp, 8, gop);
+    gpu->set_numerics(Numerics::Reference);
+    const bool lt = !forced("grouped_linear");
     compare(lt ? "grouped_linear bf16x2 (fp8 dequant)" : "grouped_linear simt",
             "wo_a [8192,4096] blk " + std::to_string(blk) + " G=8 T=100", down<float>(gop), rp, lt ? 2e-5 : 0,
             lt ? 1e-4 : 0);
-    // Without split_bf16 (reference numerics): the exact SIMT path at every size.
+    // Reference numerics: the exact SIMT path at every size.
     Tensor gex = poisoned(DType::F32, {T, 8, 1024});
     gpu->grouped_linear(devf(xp, {T, 8, 4096}), gp, 8, gex);
     compare("grouped_linear simt", "wo_a [8192,4096] blk " + std::to_string(blk) + " G=8 T=100 exact", down<float>(gex),

@@ -21,7 +21,8 @@ class CudaV41Indexer : public CudaParity {
   // Candidate-source call (cand_out + its own unrestricted top-k), then a Reindex call with
   // other queries restricted to the CPU's candidates; every index compared.
   // fp4: official-numerics inputs (FP4-QDQ'd per 32, fp4_blocks set: the tensor-core path).
-  void run(CandCase c, uint32_t seed, bool fp4 = false) {
+  // bf16 (with fp4): fast numerics, q, w and keys bf16 tensors on both sides.
+  void run(CandCase c, uint32_t seed, bool fp4 = false, bool bf16 = false) {
     const int Hi = 32, di = 128, ratio = 4, rpb = 128 / ratio;  // V4.1-Flash index heads
     int base = 0;
     for (auto& s : c.seqs) {
@@ -39,21 +40,25 @@ class CudaV41Indexer : public CudaParity {
     }
     StepMeta gm = m;
     upload_meta(gm);
-    Tensor gkeys = devf(keys, {NB, rpb, di});
+    std::vector<uint16_t> kb = bf16_of(keys);
+    Tensor gkeys = bf16 ? devb(kb, {NB, rpb, di}) : devf(keys, {NB, rpb, di});
     std::vector<int32_t> cand(size_t(T * CT));
     for (int layer = 0; layer < 2; ++layer) {  // 0: candidate source, 1: Reindex
       auto q = random_vec(size_t(T * Hi * di), seed + 10 * layer + 1), w = random_vec(size_t(T * Hi), seed + 10 * layer + 2);
       if (fp4) fp4_blocks_inplace(*cpu, q, seed + 10 * layer + 4);
       std::vector<int32_t> ref(size_t(T * K));
+      std::vector<uint16_t> qb = bf16_of(q), wb = bf16_of(w);
       IndexerArgs ha;
-      ha.q = view(q, {T, Hi, di});
-      ha.w = view(w, {T, Hi});
-      ha.keys = view(keys, {NB, rpb, di});
+      ha.q = bf16 ? bview(qb, {T, Hi, di}) : view(q, {T, Hi, di});
+      ha.w = bf16 ? bview(wb, {T, Hi}) : view(w, {T, Hi});
+      ha.keys = bf16 ? bview(kb, {NB, rpb, di}) : view(keys, {NB, rpb, di});
       ha.ratio = ratio;
       ha.rows_per_block = rpb;
       ha.topk = int(K);
       ha.sort_ascending = true;
-      ha.fp4_blocks = fp4;
+      // The plan picks the path.
+      gpu->set_numerics(bf16 ? Numerics::Fast : fp4 ? Numerics::Official : Numerics::Reference);
+      cpu->set_numerics(bf16 ? Numerics::Fast : Numerics::Reference);
       ha.cand_block = c.cand_block;
       ha.cand_topk = c.cand_topk;
       if (layer == 0) ha.cand_out = view(cand, {T, CT});
@@ -61,14 +66,15 @@ class CudaV41Indexer : public CudaParity {
       ha.out_idx = view(ref, {T, K});
       cpu->indexer_topk(ha, m);
       IndexerArgs ga = ha;
-      ga.q = devf(q, {T, Hi, di});
-      ga.w = devf(w, {T, Hi});
+      ga.q = bf16 ? devb(qb, {T, Hi, di}) : devf(q, {T, Hi, di});
+      ga.w = bf16 ? devb(wb, {T, Hi}) : devf(w, {T, Hi});
       ga.keys = gkeys;
       if (layer == 0) ga.cand_out = poisoned(DType::I32, {T, CT});
       if (layer == 1) ga.cand_in = devi(cand, {T, CT});
       ga.out_idx = poisoned(DType::I32, {T, K});
       gpu->indexer_topk(ga, gm);
-      std::string what = std::string(layer == 0 ? "source " : "reindex ") + (fp4 ? "fp4 " : "") + c.what;
+      std::string what = std::string(layer == 0 ? "source " : "reindex ") + (fp4 ? "fp4 " : "") + (bf16 ? "bf16 " : "") +
+                         c.what;
       if (layer == 0) compare_exact_i32("indexer cand_out", what, down<int32_t>(ga.cand_out), cand);
       compare_exact_i32("indexer_topk cand", what, down<int32_t>(ga.out_idx), ref);
     }
@@ -106,6 +112,14 @@ TEST_F(CudaV41Indexer, Fp4TensorCores) {
        8, 2048, 512, 0},
       541, true);
   run({"ties: 7 keys, 20000 rows T=3", {{80000, 3, 0, {}}}, 8, 2048, 512, 7}, 542, true);
+}
+
+TEST_F(CudaV41Indexer, Bf16TensorCores) {
+  run({"64K rows + T=17@3000 + T=1@0,@10", {{262140, 1, 0, {}}, {3000, 17, 1, {}}, {0, 1, 2, {}}, {10, 1, 3, {}}},
+       8, 2048, 512, 0},
+      543, true, true);
+  run({"T=17 across 16384 rows, T=17@255", {{65527, 17, 0, {}}, {255, 17, 1, {}}}, 8, 2048, 512, 0}, 544, true, true);
+  run({"ties: 5 keys, cand 4x8 topk 16 T=2", {{999, 2, 0, {}}}, 8, 4, 16, 5}, 545, true, true);
 }
 
 TEST_F(CudaParity, MoeRouteImageSpan) {
@@ -165,6 +179,38 @@ TEST_F(CudaParity, EngramMix) {
                     out);
     // One f32 ulp (2^-23 relative) of the largest output, at most.
     compare("engram_mix", c.what, down<float>(out), ref, 1.2e-7, 1.2e-7);
+  }
+}
+
+// Fast numerics: the streams X, the Engram rows kv and the output bf16 (qk f32): the f32 bound
+// plus one bf16 ulp; also in place (out = X), and bf16 streams with f32 rows.
+TEST_F(CudaParity, EngramMixBf16) {
+  struct Case {
+    const char* what;
+    int64_t T, n, D;
+    bool mask;
+    bool kv_bf16;
+  };
+  for (Case c : {Case{"bf16 v41 T=17 n4 D5120 mask", 17, 4, 5120, true, true},
+                 Case{"bf16 v41 T=1 n4 D5120", 1, 4, 5120, false, true},
+                 Case{"bf16 X, f32 kv T=3 n2 D7 mask", 3, 2, 7, true, false}}) {
+    auto X = bf16_of(random_vec(size_t(c.T * c.n * c.D), 711, 2.0f));
+    auto kvf = random_vec(size_t(c.T * (c.n + 1) * c.D), 712);
+    auto kvb = bf16_of(kvf);
+    auto qk = random_vec(size_t(c.n * c.D), 713);
+    auto mask = rnd_int(size_t(c.T), 714, 0, 1);
+    std::vector<uint16_t> ref(X.size());
+    Tensor hm = c.mask ? view(mask, {c.T}) : Tensor();
+    Tensor hkv = c.kv_bf16 ? bview(kvb, {c.T, (c.n + 1) * c.D}) : view(kvf, {c.T, (c.n + 1) * c.D});
+    cpu->engram_mix(bview(X, {c.T, c.n, c.D}), hkv, view(qk, {c.n, c.D}), hm, 1e-6f, bview(ref, {c.T, c.n, c.D}));
+    Tensor gmask = c.mask ? devi(mask, {c.T}) : Tensor();
+    Tensor gkv = c.kv_bf16 ? devb(kvb, {c.T, (c.n + 1) * c.D}) : devf(kvf, {c.T, (c.n + 1) * c.D});
+    Tensor out = poisoned(DType::BF16, {c.T, c.n, c.D});
+    Tensor gX = devb(X, {c.T, c.n, c.D});
+    gpu->engram_mix(gX, gkv, devf(qk, {c.n, c.D}), gmask, 1e-6f, out);
+    compare_bf16("engram_mix", c.what, downb(out), widen(ref), 1.2e-7, 1.2e-7);
+    gpu->engram_mix(gX, gkv, devf(qk, {c.n, c.D}), gmask, 1e-6f, gX);
+    compare_bf16("engram_mix in place", c.what, downb(gX), widen(ref), 1.2e-7, 1.2e-7);
   }
 }
 

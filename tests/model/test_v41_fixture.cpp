@@ -90,3 +90,19 @@ TEST(V41Fixture, OfficialModeMatchesDeepSeekCode) {
   EXPECT_LE(d.total_rel_l2, 0.3);
   EXPECT_GE(d.argmax_agree, int(0.55 * d.rows));
 }
+
+// Fast numerics on the CPU (its specification, see test_v4_fixture.cpp): the incremental paths
+// compute the full forward's function, and the mode differs from official numerics.
+TEST(V41Fixture, FastModeChunkedAndDecodeEqualFullForward) {
+  ModelFixture f(kDir41, Numerics::Fast, "reference-official.safetensors");
+  ModelFixture o(kDir41, Numerics::Official, "reference-official.safetensors");
+  auto ids = ids_of(f.ref, "seq2.input_ids");
+  auto full = f.run(ids, {400});
+  expect_within(compare_logits(f.run(ids, {100, 37, 263}), full, f.V), 0, 0, "fast seq2 chunks vs full");
+  expect_within(compare_logits(f.run(ids, single_steps(20, 400)), full, f.V), 0, 0,
+                "fast seq2 prefill 20 + 380 steps vs full");
+  Diff vs_official = compare_logits(full, o.run(ids, {400}), f.V);
+  std::printf("[fast vs official seq2] total rel L2 %.3e  argmax agree %d/%d\n", vs_official.total_rel_l2,
+              vs_official.argmax_agree, vs_official.rows);
+  EXPECT_GT(vs_official.max_abs, 0.0) << "fast numerics computed exactly the official logits";
+}

@@ -26,8 +26,8 @@ def by_prompt(stdout):
 
 
 def test_generate_two_ranks_equals_one():
-    one = run("generate", "--model", MODEL, "--mode", "reference", "--prompt-ids", PROMPTS, "--max-tokens", "6")
-    two = run("generate", "--model", MODEL, "--mode", "reference", "--prompt-ids", PROMPTS, "--max-tokens", "6",
+    one = run("generate", "--model", MODEL, "--numerics", "reference", "--prompt-ids", PROMPTS, "--max-tokens", "6")
+    two = run("generate", "--model", MODEL, "--numerics", "reference", "--prompt-ids", PROMPTS, "--max-tokens", "6",
               "--nproc", "2")
     assert one.returncode == 0, one.stderr
     assert two.returncode == 0, two.stderr
@@ -40,9 +40,9 @@ def test_generate_two_ranks_equals_one():
 
 def test_logits_two_ranks_equal_one(tmp_path):
     seqs = "5,6,7,8,9,10,11,12,13,14,15,16,17;900,901"
-    r1 = run("logits", "--model", MODEL, "--mode", "reference", "--ids", seqs, "--decode-from", "2",
+    r1 = run("logits", "--model", MODEL, "--numerics", "reference", "--ids", seqs, "--decode-from", "2",
              "--out", str(tmp_path / "one.npy"))
-    r2 = run("logits", "--model", MODEL, "--mode", "reference", "--ids", seqs, "--decode-from", "2",
+    r2 = run("logits", "--model", MODEL, "--numerics", "reference", "--ids", seqs, "--decode-from", "2",
              "--out", str(tmp_path / "two.npy"), "--nproc", "2")
     assert r1.returncode == 0, r1.stderr
     assert r2.returncode == 0, r2.stderr

@@ -84,8 +84,17 @@ def test_256_concurrent_streams_x6(server):
     assert rss[-1] - cold < 128 * 1024, (cold, rss)
 
 
+CLIENT_KEEPALIVE_S = 5.0  # httpx's default: the pool drops a connection idle this long
+
+
 async def _rounds(url, n_clients, n_rounds, server, rss, _):
-    limits = httpx.Limits(max_connections=n_clients, max_keepalive_connections=n_clients)
+    # No race between the pool reusing a connection and the server closing it, however slow
+    # the machine: the server keeps idle connections far longer than the pool does (it closed
+    # them after 5 s once, the same as httpx, and a slow round hit the overlap).
+    announced = httpx.get(server.base + "/health").headers["keep-alive"]
+    assert int(announced.split("=")[1]) > 10 * CLIENT_KEEPALIVE_S, announced
+    limits = httpx.Limits(max_connections=n_clients, max_keepalive_connections=n_clients,
+                          keepalive_expiry=CLIENT_KEEPALIVE_S)
     async with httpx.AsyncClient(timeout=httpx.Timeout(300.0), limits=limits) as client:
         for k in range(n_rounds):
             await asyncio.gather(*(one_stream(client, url, i * 100 + k) for i in range(n_clients)))

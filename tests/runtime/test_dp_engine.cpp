@@ -38,7 +38,9 @@ GenRequest full_request() {
   r.sampling.logit_bias = {{3, 1.5f}, {900, -100.0f}};
   r.sampling.seed = 0xfedcba9876543210ull;
   r.sampling.logprobs = 5;
+  r.sampling.allowed_token_ids = {4, 8, 15};
   r.stop.max_tokens = 77;
+  r.stop.min_tokens = 9;
   r.stop.ignore_eos = true;
   r.stop.stop_token_ids = {2, 9};
   r.dp_rank = 1;
@@ -58,7 +60,9 @@ void expect_same(const GenRequest& a, const GenRequest& b) {
   EXPECT_EQ(a.sampling.logit_bias, b.sampling.logit_bias);
   EXPECT_EQ(a.sampling.seed, b.sampling.seed);
   EXPECT_EQ(a.sampling.logprobs, b.sampling.logprobs);
+  EXPECT_EQ(a.sampling.allowed_token_ids, b.sampling.allowed_token_ids);
   EXPECT_EQ(a.stop.max_tokens, b.stop.max_tokens);
+  EXPECT_EQ(a.stop.min_tokens, b.stop.min_tokens);
   EXPECT_EQ(a.stop.ignore_eos, b.stop.ignore_eos);
   EXPECT_EQ(a.stop.stop_token_ids, b.stop.stop_token_ids);
   EXPECT_EQ(a.dp_rank, b.dp_rank);

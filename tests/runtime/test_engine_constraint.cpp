@@ -91,6 +91,40 @@ TEST(EngineConstraint, CompleteWithoutEosOrStuckGrammarsFinish) {
   EXPECT_EQ(st.stop_token, 60);
 }
 
+// allowed_token_ids and min_tokens (main's vLLM fields) narrow a constrained row's mask before
+// sampling: the sampler never meets an empty intersection.
+TEST(EngineConstraint, AllowedTokenIdsAndMinTokensNarrowTheMask) {
+  auto e = engine();
+  for (float temp : {0.0f, 1.0f}) {
+    GenRequest r = request("a", std::make_shared<Alternating>(6), 20, temp);
+    r.sampling.allowed_token_ids = {4, 7, 1};  // 1: EOS
+    Result got = drain(*e->submit(r));
+    ASSERT_EQ(got.tokens.size(), 6u) << got;
+    expect_alternating(got.tokens);
+    for (int32_t t : got.tokens) EXPECT_TRUE(t == 4 || t == 7) << t;
+    EXPECT_EQ(got.finish, FinishReason::Stop);
+    EXPECT_EQ(got.stop_token, 1);
+  }
+  // The second token must be odd, and allowed_token_ids has only even ones: the request ends
+  // with an error instead of sampling a token either side refuses.
+  GenRequest even = request("b", std::make_shared<Alternating>(4), 20, 1.0f);
+  even.sampling.allowed_token_ids = {4, 6};
+  Result stuck = drain(*e->submit(even));
+  ASSERT_EQ(stuck.tokens.size(), 1u) << stuck;
+  EXPECT_TRUE(stuck.tokens[0] == 4 || stuck.tokens[0] == 6);
+  EXPECT_EQ(stuck.finish, FinishReason::Error);
+  EXPECT_NE(stuck.error.find("allowed_token_ids"), std::string::npos) << stuck.error;
+  // min_tokens past the grammar's end: once the output is complete only EOS may follow, so the
+  // ban yields rather than leave nothing; before that the grammar already holds EOS back.
+  GenRequest min = request("c", std::make_shared<Alternating>(3), 20, 0.0f);
+  min.stop.min_tokens = 5;
+  Result m = drain(*e->submit(min));
+  ASSERT_EQ(m.tokens.size(), 3u) << m;
+  expect_alternating(m.tokens);
+  EXPECT_EQ(m.finish, FinishReason::Stop);
+  EXPECT_EQ(m.stop_token, 1);
+}
+
 TEST(EngineConstraint, UnconstrainedRequestsAreUnchangedAndPreemptionKeepsTheState) {
   auto reqs = mixed_requests(kVocab);
   auto ref = run_together(*engine(), reqs);

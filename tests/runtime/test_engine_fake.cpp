@@ -183,6 +183,45 @@ TEST(EngineFake, StopTokensEosAndIgnoreEos) {
   expect_pool_empty(*e);
 }
 
+TEST(EngineFake, MinTokensMasksEosAndStopIdsUntilReached) {
+  auto e = fake_engine(base_options());
+  GenRequest r;
+  r.id = "m";
+  r.prompt = {10, 11, 12};
+  r.sampling.temperature = 0;
+  r.sampling.logit_bias = {{1, 100.0f}};  // EOS (id 1) would win every step
+  r.stop.max_tokens = 12;
+  r.stop.min_tokens = 4;
+  Result a = drain(*e->submit(r));
+  EXPECT_EQ(a.finish, FinishReason::Stop);
+  EXPECT_EQ(a.stop_token, 1);
+  ASSERT_EQ(a.tokens.size(), 4u);  // four tokens, none of them EOS, then EOS
+  for (int32_t t : a.tokens) EXPECT_NE(t, 1);
+  EXPECT_EQ(a.completion_tokens, 5);
+  // A stop id is held back the same way.
+  r.sampling.logit_bias = {{7, 100.0f}};
+  r.stop.stop_token_ids = {7};
+  r.stop.min_tokens = 2;
+  Result b = drain(*e->submit(r));
+  EXPECT_EQ(b.finish, FinishReason::Stop);
+  EXPECT_EQ(b.stop_token, 7);
+  EXPECT_EQ(b.tokens.size(), 2u);
+  // allowed_token_ids restrict every draw.
+  r.sampling.logit_bias.clear();
+  r.stop.stop_token_ids.clear();
+  r.stop.min_tokens = 0;
+  r.stop.ignore_eos = true;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 5;
+  r.sampling.allowed_token_ids = {20, 21};
+  Result c = drain(*e->submit(r));
+  ASSERT_EQ(c.tokens.size(), 12u);
+  for (int32_t t : c.tokens) EXPECT_TRUE(t == 20 || t == 21) << t;
+  r.stop.min_tokens = 13;  // more than max_tokens
+  EXPECT_EQ(drain(*e->submit(r)).finish, FinishReason::Error);
+  expect_pool_empty(*e);
+}
+
 TEST(EngineFake, InvalidRequestsFinishWithError) {
   auto e = fake_engine(base_options());
   auto error_of = [&](GenRequest r) {

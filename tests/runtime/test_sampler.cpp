@@ -68,6 +68,26 @@ TEST(Sampler, GreedyIsArgmaxWithLowestIdTies) {
   EXPECT_EQ(run(kLogits, sp).token, 4);
 }
 
+TEST(Sampler, AllowedTokensAndBannedTokensAreMasked) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.allowed_token_ids = {0, 4};
+  EXPECT_EQ(run(kLogits, sp).token, 0);  // 1.0 > -1.0; the argmax 1 is not allowed
+  sp.allowed_token_ids.clear();
+  const std::vector<int32_t> ban = {1};
+  EXPECT_EQ(sample_token(kLogits, sp, {}, {}, 1, 0, LogprobsMode::Raw, ban).token, 3);
+  // A draw over the allowed set only, in proportion to its softmax; raw logprobs unchanged.
+  sp.temperature = 1.0f;
+  sp.allowed_token_ids = {3, 5};
+  std::vector<float> only(kLogits.size(), -INFINITY);
+  only[3] = kLogits[3];
+  only[5] = kLogits[5];
+  expect_distribution(kLogits, sp, softmax(only));
+  sp.logprobs = 0;
+  const SampleResult r = run(kLogits, sp);
+  EXPECT_NEAR(r.logprob, std::log(softmax(kLogits)[size_t(r.token)]), 1e-5);
+}
+
 TEST(Sampler, TemperatureDrawFollowsTheSoftmax) {
   SamplingParams sp;
   sp.temperature = 0.7f;
@@ -172,7 +192,7 @@ TEST(Sampler, AllowedMaskRestrictsEveryMode) {
   const std::vector<uint64_t> allowed = {(1u << 0) | (1u << 3) | (1u << 4)};  // tokens 0, 3, 4
   SamplingParams greedy;
   greedy.temperature = 0;
-  EXPECT_EQ(sample_token(kLogits, greedy, {}, {}, 1, 0, LogprobsMode::Raw, allowed).token, 3);
+  EXPECT_EQ(sample_token(kLogits, greedy, {}, {}, 1, 0, LogprobsMode::Raw, {}, allowed).token, 3);
   SamplingParams sp;
   sp.temperature = 1.0f;
   std::vector<float> kept = kLogits;
@@ -180,7 +200,7 @@ TEST(Sampler, AllowedMaskRestrictsEveryMode) {
   std::vector<double> p = softmax(kept);
   const int n = 20000;
   std::vector<int> count(kLogits.size(), 0);
-  for (int i = 0; i < n; ++i) ++count[size_t(sample_token(kLogits, sp, {}, {}, 5, i, LogprobsMode::Raw, allowed).token)];
+  for (int i = 0; i < n; ++i) ++count[size_t(sample_token(kLogits, sp, {}, {}, 5, i, LogprobsMode::Raw, {}, allowed).token)];
   double chi2 = 0;
   for (size_t t = 0; t < p.size(); ++t) {
     if (p[t] == 0) {
@@ -192,9 +212,9 @@ TEST(Sampler, AllowedMaskRestrictsEveryMode) {
   EXPECT_LT(chi2, 13.82);  // chi-square 0.999 quantile, dof 2
   SamplingParams lp = greedy;
   lp.logprobs = 3;
-  SampleResult raw = sample_token(kLogits, lp, {}, {}, 1, 0, LogprobsMode::Raw, allowed);
+  SampleResult raw = sample_token(kLogits, lp, {}, {}, 1, 0, LogprobsMode::Raw, {}, allowed);
   EXPECT_EQ(raw.top[0].token, 1);  // the model's favourite, although masked
-  SampleResult proc = sample_token(kLogits, lp, {}, {}, 1, 0, LogprobsMode::Processed, allowed);
+  SampleResult proc = sample_token(kLogits, lp, {}, {}, 1, 0, LogprobsMode::Processed, {}, allowed);
   ASSERT_EQ(proc.top.size(), 3u);
   EXPECT_EQ(proc.top[0].token, 3);
   EXPECT_EQ(proc.top[1].token, 0);

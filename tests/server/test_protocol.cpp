@@ -48,12 +48,85 @@ TEST(Protocol, WrongTypesNameTheField) {
       {R"("guided_regex":5)", "guided_regex"},
       {R"("chat_template_kwargs":{"thinking":"maybe"})", "chat_template_kwargs.thinking"},
       {R"("reasoning_effort":[1])", "reasoning_effort"},
+      {R"("reasoning_effort":50)", "reasoning_effort"},  // V4 takes low/medium/high/max only
+      {R"("chat_template_kwargs":{"reasoning_effort":"minimal"})", "chat_template_kwargs.reasoning_effort"},
+      {R"("min_tokens":-1)", "min_tokens"},        {R"("max_tokens":2,"min_tokens":3)", "min_tokens"},
+      {R"("best_of":2)", "best_of"},               {R"("prompt_logprobs":0)", "prompt_logprobs"},
+      // Structured output the grammar engine does not offer (guided_json and the rest are parsed).
+      {R"("guided_grammar":"root ::= \"a\"")", "guided_grammar"},
+      {R"("guided_decoding_backend":"xgrammar")", "guided_decoding_backend"},
+      {R"("structural_tag":"{}")", "structural_tag"},
+      {R"("structured_outputs":{"grammar":"x"})", "structured_outputs.grammar"},
+      // One call at most needs a grammar: plain auto cannot hold the model to it.
+      {R"("tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":false)", "parallel_tool_calls"},
+      {R"("echo":true)", "echo"},                  {R"("allowed_token_ids":[])", "allowed_token_ids"},
+      {R"("truncate_prompt_tokens":0)", "truncate_prompt_tokens"},
+      {R"("stream_options":{"continuous_usage_stats":true})", "stream_options.continuous_usage_stats"},
   };
   for (const auto& c : cases) {
     const ApiError e = error_of("{" + std::string(kMsg) + "," + c.extra + "}");
     EXPECT_EQ(e.status, 400) << c.extra;
     EXPECT_EQ(e.param, c.param) << c.extra << " -> " << e.message;
   }
+}
+
+TEST(Protocol, ReasoningEffortFollowsThePromptFormat) {
+  ServerDefaults v41;
+  v41.format = tok::PromptFormat::V41;
+  auto chat = [](const std::string& extra, const ServerDefaults& d) {
+    return parse_chat_request(parse_body("{" + std::string(kMsg) + "," + extra + "}"), d, 1024);
+  };
+  EXPECT_EQ(chat(R"("reasoning_effort":50)", v41).chat.reasoning_effort, 50);
+  EXPECT_EQ(chat(R"("reasoning_effort":"max")", v41).chat.reasoning_effort, "max");
+  EXPECT_EQ(chat(R"("reasoning_effort":"medium")", ServerDefaults{}).chat.reasoning_effort, "medium");
+  for (const char* bad : {R"("reasoning_effort":"medium")", R"("reasoning_effort":0)", R"("reasoning_effort":101)"}) {
+    try {
+      chat(bad, v41);
+      ADD_FAILURE() << bad;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param, "reasoning_effort") << bad;
+    }
+  }
+}
+
+// The fields request_fields.cpp refused before structured output existed now reach it.
+TEST(Protocol, StructuredOutputFieldsAreParsedNotRefused) {
+  auto chat = [](const std::string& extra) {
+    return parse_chat_request(parse_body("{" + std::string(kMsg) + "," + extra + "}"), ServerDefaults{}, 1024);
+  };
+  const ChatRequest g = chat(R"("guided_json":{})");
+  EXPECT_EQ(g.format.kind, OutputFormat::Kind::JsonSchema);
+  EXPECT_EQ(g.format.param, "guided_json");
+  const ChatRequest so = chat(R"("structured_outputs":{"json":{}})");
+  EXPECT_EQ(so.format.kind, OutputFormat::Kind::JsonSchema);
+  EXPECT_EQ(so.format.param, "structured_outputs.json");
+  EXPECT_EQ(chat(R"("guided_choice":["a","b"])").format.choices, (std::vector<std::string>{"a", "b"}));
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"g"}}])";
+  const ChatRequest req = chat(tools + R"(,"tool_choice":"required","parallel_tool_calls":false)");
+  EXPECT_EQ(req.tool_choice, "required");
+  EXPECT_FALSE(req.parallel_tool_calls);
+  const ChatRequest named = chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"g"}})");
+  EXPECT_EQ(named.tool_choice_name, "g");
+  ASSERT_EQ(named.chat.tools.size(), 1u);  // only the named tool is offered
+  EXPECT_EQ(named.chat.tools[0]["function"]["name"], "g");
+  EXPECT_FALSE(chat(tools + R"(,"response_format":{"type":"json_object"},"parallel_tool_calls":false)").parallel_tool_calls);
+  const CompletionRequest c = parse_completion_request(
+      parse_body(R"({"prompt":"x","response_format":{"type":"json_object"}})"), 1024);
+  EXPECT_EQ(c.format.kind, OutputFormat::Kind::JsonObject);
+}
+
+TEST(Protocol, ImplementedVllmFieldsMapToTheEngine) {
+  const ChatRequest r = parse_chat_request(
+      parse_body("{" + std::string(kMsg) +
+                 R"(,"max_tokens":9,"min_tokens":4,"n":2,"best_of":2,"allowed_token_ids":[3,4],)"
+                 R"("truncate_prompt_tokens":-1,"include_stop_str_in_output":true,"request_id":"x"})"),
+      ServerDefaults{}, 1024);
+  EXPECT_EQ(r.gen.stop.min_tokens, 4);
+  EXPECT_EQ(r.gen.n, 2);
+  EXPECT_EQ(r.gen.sampling.allowed_token_ids, (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(r.gen.truncate_prompt_tokens, -1);
+  EXPECT_TRUE(r.gen.include_stop_str);
+  EXPECT_EQ(r.gen.request_id, "x");
 }
 
 TEST(Protocol, BadMessages) {

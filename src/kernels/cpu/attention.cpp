@@ -18,26 +18,27 @@ namespace dil {
 //    comp[block_table[s, r / rows_per_block], r % rows_per_block].
 // Per head h, in double: s_j = (q[t,h] . k_j) * scale; mx = max_j s_j;
 //   out[t,h] = sum_j e^(s_j-mx) k_j / (sum_j e^(s_j-mx) + e^(sink_h - mx)), rounded once to f32.
-// Values are the keys (one shared d-wide row).
+// Values are the keys (one shared d-wide row). q, kv_new, ring, comp and out: f32|bf16 (bf16
+// rows are widened exactly; out rounded to its dtype).
 void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
-  cpu::check_f32(a.q, "attention q");
-  cpu::check_f32(a.kv_new, "attention kv_new");
+  cpu::check_act(a.q, "attention q");
+  cpu::check_act(a.kv_new, "attention kv_new");
   cpu::check_f32(a.sink, "attention sink");
-  cpu::check_f32(a.out, "attention out");
+  cpu::check_act(a.out, "attention out");
   const int64_t T = m.n_tokens, d = cpu::last_dim(a.q), H = a.q.numel() / (T * d), W = a.window;
   DIL_CHECK(T * H * d == a.q.numel() && a.out.numel() == a.q.numel() && a.kv_new.numel() == T * d,
             "attention: q ", a.q.shape_str(), " kv_new ", a.kv_new.shape_str(), " out ", a.out.shape_str());
   DIL_CHECK(a.sink.numel() == H, "attention: sink ", a.sink.shape_str(), " for ", H, " heads");
   const bool has_ring = !a.ring.empty();
   if (has_ring) {
-    cpu::check_f32(a.ring, "attention ring");
+    cpu::check_act(a.ring, "attention ring");
     DIL_CHECK(a.ring.ndim == 3 && a.ring.size(1) == W && a.ring.size(2) == d, "attention: ring ",
               a.ring.shape_str());
   }
   const int ratio = a.comp_ratio;
   const int64_t rpb = a.rows_per_block;
   if (ratio > 0) {
-    cpu::check_f32(a.comp, "attention comp");
+    cpu::check_act(a.comp, "attention comp");
     DIL_CHECK(rpb > 0 && a.comp.ndim == 3 && a.comp.size(1) == rpb && a.comp.size(2) == d,
               "attention: comp ", a.comp.shape_str(), " rows_per_block ", rpb);
   }
@@ -46,21 +47,27 @@ void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
     cpu::check_i32(a.comp_idx, "attention comp_idx");
     DIL_CHECK(a.comp_idx.size(0) == T, "attention: comp_idx ", a.comp_idx.shape_str());
   }
-  const float *pq = a.q.ptr<float>(), *pkv = a.kv_new.ptr<float>(), *psink = a.sink.ptr<float>();
-  float* po = a.out.ptr<float>();
-  std::vector<const float*> keys;  // [n_keys] pointers to d-wide rows
+  impl_for(attention_site(int(H), int(d), ratio, int(K), a.q.dtype, numerics()), T);  // the site is planned
+  const float* psink = a.sink.ptr<float>();
+  std::vector<const float*> keys;  // [n_keys] pointers to d-wide f32 rows
+  std::vector<float> wide;         // [W + n_comp, d] widened bf16 rows of one token
   std::vector<double> sc;          // [n_keys]
   std::vector<double> acc(static_cast<size_t>(d));  // [d]
+  std::vector<float> qrow(static_cast<size_t>(d)), orow(static_cast<size_t>(d));  // [d]
+  std::vector<std::pair<const Tensor*, int64_t>> rows;  // [n_keys] (tensor, row index) of one token
+  const bool bf16 = a.q.dtype == DType::BF16 || a.kv_new.dtype == DType::BF16 ||
+                    (has_ring && a.ring.dtype == DType::BF16) || (ratio > 0 && a.comp.dtype == DType::BF16);
   for (int64_t t = 0; t < T; ++t) {
     const int s = m.h_tok_seq[t], p = m.h_tok_pos[t];
     const int start = m.h_start_pos[s], q0 = m.h_q_start[s], slot = m.h_slot[s];
     keys.clear();
+    rows.clear();  // the token's rows first; widened below, once their count is known
     for (int j = std::max<int>(0, p - int(W) + 1); j <= p; ++j) {
       if (j >= start) {
-        keys.push_back(pkv + int64_t(q0 + j - start) * d);
+        rows.push_back({&a.kv_new, int64_t(q0 + j - start)});
       } else {
         DIL_CHECK(has_ring, "attention: position ", j, " needs the ring");
-        keys.push_back(a.ring.ptr<float>() + (int64_t(slot) * W + j % W) * d);
+        rows.push_back({&a.ring, int64_t(slot) * W + j % W});
       }
     }
     if (ratio > 0) {
@@ -69,7 +76,7 @@ void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
         const int blk = m.h_block_table[size_t(s) * m.max_blocks + r / rpb];
         DIL_CHECK(blk >= 0 && blk < a.comp.size(0), "attention: compressed row ", r, " of seq ", s,
                   " has no block");
-        keys.push_back(a.comp.ptr<float>() + (int64_t(blk) * rpb + r % rpb) * d);
+        rows.push_back({&a.comp, int64_t(blk) * rpb + r % rpb});
       };
       if (K == 0) {
         for (int r = 0; r < n_vis; ++r) add_row(r);
@@ -79,10 +86,13 @@ void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
           if (idx[k] >= 0 && idx[k] < n_vis) add_row(idx[k]);
       }
     }
-    const size_t nk = keys.size();
+    const size_t nk = rows.size();
+    if (bf16) wide.resize(nk * size_t(d));
+    for (size_t j = 0; j < nk; ++j)
+      keys.push_back(cpu::act_row(*rows[j].first, rows[j].second, d, bf16 ? wide.data() + j * size_t(d) : nullptr));
     sc.resize(nk);
     for (int64_t h = 0; h < H; ++h) {
-      const float* qh = pq + (t * H + h) * d;
+      const float* qh = cpu::act_row(a.q, t * H + h, d, qrow.data());
       double mx = -INFINITY;
       for (size_t j = 0; j < nk; ++j) {
         double dot = 0.0;
@@ -98,18 +108,22 @@ void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
         for (int64_t c = 0; c < d; ++c) acc[c] += e * keys[j][c];
       }
       den += std::exp(double(psink[h]) - mx);
-      float* oh = po + (t * H + h) * d;
-      for (int64_t c = 0; c < d; ++c) oh[c] = float(acc[c] / den);
+      for (int64_t c = 0; c < d; ++c) orow[c] = float(acc[c] / den);
+      Tensor out = a.out;
+      cpu::set_act_row(out, t * H + h, d, orow.data());
     }
   }
 }
 
-// kv_new [T, d], ring [n_slots, W, d]: for each sequence, its step tokens at positions
+// kv_new [T, d], ring [n_slots, W, d] (f32|bf16, the same dtype): for each sequence, its step tokens at positions
 // p >= start_pos + len - W (the last W of the sequence) are stored at ring[slot, p % W].
 // Called after attention, so attention of this step reads the previous contents.
 void CpuBackend::ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) {
-  cpu::check_f32(kv_new, "ring_write kv_new");
-  cpu::check_f32(ring, "ring_write ring");
+  cpu::check_act(kv_new, "ring_write kv_new");
+  cpu::check_act(ring, "ring_write ring");
+  DIL_CHECK(kv_new.dtype == ring.dtype, "ring_write: ", dtype_name(kv_new.dtype), " rows into a ",
+            dtype_name(ring.dtype), " ring");
+  const size_t es = dtype_size(ring.dtype);
   const int64_t d = cpu::last_dim(kv_new), W = ring.size(1);
   DIL_CHECK(ring.ndim == 3 && ring.size(2) == d, "ring_write: ring ", ring.shape_str(), " kv ",
             kv_new.shape_str());
@@ -118,8 +132,8 @@ void CpuBackend::ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m
     DIL_CHECK(slot >= 0 && slot < ring.size(0), "ring_write: slot ", slot);
     for (int i = std::max(0, len - int(W)); i < len; ++i) {
       const int p = start + i;
-      std::memcpy(ring.ptr<float>() + (int64_t(slot) * W + p % W) * d, kv_new.ptr<float>() + int64_t(q0 + i) * d,
-                  size_t(d) * 4);
+      std::memcpy(static_cast<char*>(ring.data) + size_t((int64_t(slot) * W + p % W) * d) * es,
+                  static_cast<const char*>(kv_new.data) + size_t(int64_t(q0 + i) * d) * es, size_t(d) * es);
     }
   }
 }

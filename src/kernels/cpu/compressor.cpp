@@ -2,6 +2,7 @@
 // of emitted rows, and the reset of a slot's compressor state.
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -18,7 +19,8 @@ namespace dil {
 //    {rows m..2m-1, channel dc+ch} (the previous window's first half and this window's
 //    second half; -inf scores from a reset weigh 0), emit, then copy rows m..2m-1 over 0..m-1.
 // g + ape is an f32 add; the softmax (max, exp, sum) and the weighted sum run in double and
-// the pooled value is rounded once to f32. Emitted rows go to out[k] in plan order, which is
+// the pooled value is rounded once to f32 (then to out's dtype: f32|bf16; a, g and the state
+// are f32, as the official compressor pools in fp32). Emitted rows go to out[k] in plan order, which is
 // (sequence, window) order; the plan is checked against what is emitted.
 void CpuBackend::compressor(const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m) {
   cpu::check_f32(a.a, "compressor a");
@@ -39,8 +41,11 @@ void CpuBackend::compressor(const CompressorArgs& a, const EmitPlan& plan, const
     DIL_CHECK(a.ape.numel() == int64_t(ratio) * width, "compressor: ape ", a.ape.shape_str());
     ape = a.ape.ptr<float>();
   }
+  Tensor out;  // [plan.n, dc] f32 image of a.out
+  std::unique_ptr<cpu::Staged> so;
   if (plan.n > 0) {
-    cpu::check_f32(a.out, "compressor out");
+    so = std::make_unique<cpu::Staged>(a.out, "compressor out", true);
+    out = so->t;
     DIL_CHECK(a.out.numel() >= int64_t(plan.n) * dc, "compressor: out ", a.out.shape_str(), " for ", plan.n,
               " rows");
   }
@@ -62,7 +67,7 @@ void CpuBackend::compressor(const CompressorArgs& a, const EmitPlan& plan, const
       if ((p + 1) % ratio != 0) continue;
       DIL_CHECK(k < plan.n && plan.h_seq[k] == s && plan.h_row[k] == p / ratio, "compressor: emitted (seq ", s,
                 ", row ", p / ratio, ") but plan entry ", k, " of ", plan.n, " differs");
-      float* o = a.out.ptr<float>() + int64_t(k) * dc;
+      float* o = out.ptr<float>() + int64_t(k) * dc;
       for (int64_t ch = 0; ch < dc; ++ch) {
         // Entry e < rows: overlap -> (row e, channel ch) for e < m, (row e, channel dc+ch) after.
         auto at = [&](const float* base, int64_t e) {
@@ -92,13 +97,16 @@ void CpuBackend::compressor(const CompressorArgs& a, const EmitPlan& plan, const
   DIL_CHECK(k == plan.n, "compressor: emitted ", k, " rows, plan has ", plan.n);
 }
 
-// rows [n, d], cache [n_blocks, rpb, d]:
+// rows [n, d], cache [n_blocks, rpb, d] (f32|bf16, the same dtype):
 // cache[block_table[plan.seq[k], plan.row[k] / rpb], plan.row[k] % rpb] = rows[k].
 void CpuBackend::paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
                              const StepMeta& m) {
   if (plan.n == 0) return;
-  cpu::check_f32(rows, "paged_write rows");
-  cpu::check_f32(cache, "paged_write cache");
+  cpu::check_act(rows, "paged_write rows");
+  cpu::check_act(cache, "paged_write cache");
+  DIL_CHECK(rows.dtype == cache.dtype, "paged_write: rows ", dtype_name(rows.dtype), " into a ",
+            dtype_name(cache.dtype), " cache");
+  const size_t es = dtype_size(cache.dtype);
   const int64_t d = cpu::last_dim(cache), rpb = rows_per_block;
   DIL_CHECK(cache.ndim == 3 && cache.size(1) == rpb && rows.numel() >= int64_t(plan.n) * d,
             "paged_write: rows ", rows.shape_str(), " cache ", cache.shape_str(), " rpb ", rpb);
@@ -106,8 +114,8 @@ void CpuBackend::paged_write(const Tensor& rows, Tensor cache, int rows_per_bloc
     const int s = plan.h_seq[k], r = plan.h_row[k];
     const int blk = m.h_block_table[size_t(s) * m.max_blocks + r / rpb];
     DIL_CHECK(blk >= 0 && blk < cache.size(0), "paged_write: row ", r, " of seq ", s, " has no block");
-    std::memcpy(cache.ptr<float>() + (int64_t(blk) * rpb + r % rpb) * d, rows.ptr<float>() + int64_t(k) * d,
-                size_t(d) * 4);
+    std::memcpy(static_cast<char*>(cache.data) + size_t((int64_t(blk) * rpb + r % rpb) * d) * es,
+                static_cast<const char*>(rows.data) + size_t(int64_t(k) * d) * es, size_t(d) * es);
   }
 }
 

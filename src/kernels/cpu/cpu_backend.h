@@ -16,8 +16,11 @@ namespace dil {
 
 class CpuBackend : public Backend {
  public:
+  explicit CpuBackend(BackendOptions o = {}) : Backend(std::move(o)) {}
   Device device() const override { return Device::CPU; }
   std::string name() const override { return "cpu"; }
+  std::string plan_name() const override { return "cpu"; }
+  const std::vector<KernelImpl>& kernels() const override;
 
   // memory.cpp
   Buffer alloc(size_t bytes) override;
@@ -33,7 +36,7 @@ class CpuBackend : public Backend {
 
   // linear.cpp
   void linear(const Tensor& x, const Weight& w, int act_block, Tensor out) override;
-  void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16 = false) override;
+  void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out) override;
 
   // norm_rope.cpp
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) override;
@@ -73,6 +76,6 @@ class CpuBackend : public Backend {
   void swiglu(const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out) override;
 };
 
-std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o = {});
 
 }  // namespace dil

@@ -6,9 +6,37 @@
 
 namespace dil::cpu {
 
-// Checks that `t` is a host f32 tensor (every activation of the interface is).
+// Checks that `t` is a host f32 tensor (parameters, states, f32-only activations).
 void check_f32(const Tensor& t, const char* what);
 void check_i32(const Tensor& t, const char* what);
+// Checks that `t` is a host activation tensor: f32 or bf16 (backend.h conventions).
+void check_act(const Tensor& t, const char* what);
+
+// Row i (d values) of a host activation tensor as f32: f32 rows in place, bf16 rows widened
+// (exactly) into tmp[0, d).
+const float* act_row(const Tensor& t, int64_t i, int64_t d, float* tmp);
+// Writes v[0, d) into row i of a host activation tensor (bf16: rounded to nearest even).
+void set_act_row(Tensor& t, int64_t i, int64_t d, const float* v);
+
+// An f32 image of a host activation tensor, for ops written on f32 loops. An f32 tensor is
+// used in place; a bf16 one is widened into a copy (exact), and, for an output (`write`),
+// rounded back element by element (RNE) by flush() or the destructor. Inputs and outputs may
+// alias (in-place ops): each stage has its own copy, so inputs read the values before the op.
+class Staged {
+ public:
+  Staged(const Tensor& t, const char* what, bool write = false);
+  ~Staged() { flush(); }
+  Staged(const Staged&) = delete;
+  Staged& operator=(const Staged&) = delete;
+  Tensor t;  // f32, the shape of the original
+  float* f() const { return t.ptr<float>(); }
+  void flush();
+
+ private:
+  Tensor orig_;
+  Buffer copy_;
+  bool write_ = false;
+};
 // Last dimension and number of rows (numel / last dim) of a tensor viewed as [rows, d].
 inline int64_t last_dim(const Tensor& t) { return t.ndim ? t.shape[t.ndim - 1] : 0; }
 inline int64_t n_rows(const Tensor& t) { int64_t d = last_dim(t); return d ? t.numel() / d : 0; }

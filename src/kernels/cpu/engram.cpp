@@ -8,12 +8,12 @@ namespace dil {
 
 // The two mean squares and the weighted dot product accumulate in double; s, the gate and
 // the update are evaluated in double and rounded once to f32.
-void CpuBackend::engram_mix(const Tensor& X, const Tensor& kv, const Tensor& qk, const Tensor& mask, float eps,
-                            Tensor out) {
-  cpu::check_f32(X, "engram_mix X");
-  cpu::check_f32(kv, "engram_mix kv");
+// X, kv, out f32|bf16 (out rounded to its dtype), qk f32.
+void CpuBackend::engram_mix(const Tensor& X0, const Tensor& kv0, const Tensor& qk, const Tensor& mask, float eps,
+                            Tensor out0) {
+  cpu::Staged sx(X0, "engram_mix X"), sk(kv0, "engram_mix kv"), so(out0, "engram_mix out", true);
+  const Tensor &X = sx.t, &kv = sk.t, &out = so.t;
   cpu::check_f32(qk, "engram_mix qk");
-  cpu::check_f32(out, "engram_mix out");
   const int64_t D = cpu::last_dim(X), n = cpu::n_rows(qk), T = X.numel() / (n * D);
   DIL_CHECK(cpu::last_dim(qk) == D && X.numel() == T * n * D && out.numel() == X.numel() &&
                 kv.numel() == T * (n + 1) * D,

@@ -24,8 +24,9 @@ float sigmoid_f(float x) { return float(1.0 / (1.0 + std::exp(-double(x)))); }
 //   C[j,:] = exp(C[j,:] - max_k C[j,k]) / rowsum + eps; C[:,k] /= (colsum_k + eps);
 //   (iters-1) x { C[j,:] /= (rowsum_j + eps); C[:,k] /= (colsum_k + eps) }.
 // sigmoid and exp are evaluated in double and rounded once to f32.
-void CpuBackend::hc_mix(const Tensor& X, const HcArgs& a, Tensor pre, Tensor post, Tensor comb) {
-  cpu::check_f32(X, "hc_mix X");
+void CpuBackend::hc_mix(const Tensor& X0, const HcArgs& a, Tensor pre, Tensor post, Tensor comb) {
+  cpu::Staged sx(X0, "hc_mix X");  // X f32|bf16
+  const Tensor& X = sx.t;
   cpu::check_f32(a.fn, "hc_mix fn");
   cpu::check_f32(a.base, "hc_mix base");
   cpu::check_f32(a.scale, "hc_mix scale");
@@ -98,12 +99,12 @@ void CpuBackend::hc_mix(const Tensor& X, const HcArgs& a, Tensor pre, Tensor pos
   }
 }
 
-// X [T, n, D], pre [T, n] -> out [T, D]: out[t, c] = sum_j pre[t, j] * X[t, j, c]
-// (double accumulation over j ascending, rounded once).
-void CpuBackend::hc_collapse(const Tensor& X, const Tensor& pre, Tensor out) {
-  cpu::check_f32(X, "hc_collapse X");
+// X [T, n, D] f32|bf16, pre [T, n] f32 -> out [T, D] f32|bf16: out[t, c] = sum_j pre[t, j] *
+// X[t, j, c] (double accumulation over j ascending, rounded once to f32, then to out's dtype).
+void CpuBackend::hc_collapse(const Tensor& X0, const Tensor& pre, Tensor out0) {
+  cpu::Staged sx(X0, "hc_collapse X"), so(out0, "hc_collapse out", true);
+  const Tensor &X = sx.t, &out = so.t;
   cpu::check_f32(pre, "hc_collapse pre");
-  cpu::check_f32(out, "hc_collapse out");
   const int64_t T = cpu::n_rows(out), D = cpu::last_dim(out), n = pre.numel() / T;
   DIL_CHECK(n * T == pre.numel() && X.numel() == T * n * D, "hc_collapse: X ", X.shape_str(), " pre ",
             pre.shape_str(), " out ", out.shape_str());
@@ -117,16 +118,16 @@ void CpuBackend::hc_collapse(const Tensor& X, const Tensor& pre, Tensor out) {
     }
 }
 
-// F [T, D], X [T, n, D], post [T, n], comb [T, n, n] -> out [T, n, D] (out may alias X: each
-// (t, c) column is read completely before it is written):
+// F [T, D], X [T, n, D], out [T, n, D] f32|bf16, post [T, n], comb [T, n, n] f32 (out may
+// alias X: each (t, c) column is read completely before it is written):
 // out[t, k, c] = post[t, k] * F[t, c] + sum_j comb[t, j, k] * X[t, j, c]  (comb contracted
-// over its FIRST index), double accumulation (post term first, then j ascending), rounded once.
-void CpuBackend::hc_post(const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out) {
-  cpu::check_f32(F, "hc_post F");
-  cpu::check_f32(X, "hc_post X");
+// over its FIRST index), double accumulation (post term first, then j ascending), rounded once
+// to f32 (then to out's dtype).
+void CpuBackend::hc_post(const Tensor& F0, const Tensor& X0, const Tensor& post, const Tensor& comb, Tensor out0) {
+  cpu::Staged sf(F0, "hc_post F"), sx(X0, "hc_post X"), so(out0, "hc_post out", true);
+  const Tensor &F = sf.t, &X = sx.t, &out = so.t;
   cpu::check_f32(post, "hc_post post");
   cpu::check_f32(comb, "hc_post comb");
-  cpu::check_f32(out, "hc_post out");
   const int64_t T = cpu::n_rows(F), D = cpu::last_dim(F), n = post.numel() / T;
   DIL_CHECK(n * T == post.numel() && comb.numel() == T * n * n && X.numel() == T * n * D &&
                 out.numel() == T * n * D,
@@ -145,10 +146,10 @@ void CpuBackend::hc_post(const Tensor& F, const Tensor& X, const Tensor& post, c
     }
 }
 
-// e [T, D] -> X [T, n, D]: every stream a copy of e.
-void CpuBackend::hc_expand(const Tensor& e, int n, Tensor X) {
-  cpu::check_f32(e, "hc_expand e");
-  cpu::check_f32(X, "hc_expand X");
+// e [T, D] -> X [T, n, D] (f32|bf16): every stream a copy of e.
+void CpuBackend::hc_expand(const Tensor& e0, int n, Tensor X0) {
+  cpu::Staged se(e0, "hc_expand e"), sx(X0, "hc_expand X", true);
+  const Tensor &e = se.t, &X = sx.t;
   const int64_t T = cpu::n_rows(e), D = cpu::last_dim(e);
   DIL_CHECK(X.numel() == T * n * D, "hc_expand: X ", X.shape_str(), " for e ", e.shape_str(), " n ", n);
   const float* pe = e.ptr<float>();

@@ -19,10 +19,10 @@ namespace dil {
 // B_b = max of their visible rows' scores, the newest visible block (n_vis-1)/cand_block scores
 // +inf, and the top min(cand_topk, #blocks) blocks (ties: lowest block) are written ascending,
 // -1 padded. With cand_in, rows outside the listed blocks are not selectable.
+// q, w and keys: f32|bf16 (widened exactly).
 void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
-  cpu::check_f32(a.q, "indexer q");
-  cpu::check_f32(a.w, "indexer w");
-  cpu::check_f32(a.keys, "indexer keys");
+  cpu::check_act(a.keys, "indexer keys");
+  cpu::Staged sq(a.q, "indexer q"), sw(a.w, "indexer w");
   cpu::check_i32(a.out_idx, "indexer out_idx");
   const int64_t T = m.n_tokens, di = cpu::last_dim(a.q), Hi = a.q.numel() / (T * di), rpb = a.rows_per_block;
   const int topk = a.topk;
@@ -31,7 +31,10 @@ void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
   DIL_CHECK(a.keys.ndim == 3 && a.keys.size(1) == rpb && a.keys.size(2) == di, "indexer: keys ",
             a.keys.shape_str(), " rpb ", rpb);
   DIL_CHECK(a.out_idx.numel() == T * topk, "indexer: out_idx ", a.out_idx.shape_str(), " topk ", topk);
-  const float *pq = a.q.ptr<float>(), *pw = a.w.ptr<float>(), *pk = a.keys.ptr<float>();
+  const int cand = !a.cand_out.empty() ? 1 : !a.cand_in.empty() ? 2 : 0;
+  impl_for(indexer_site(int(Hi), int(di), topk, cand, a.cand_block, a.cand_topk, a.q.dtype, numerics()), T);
+  const float *pq = sq.f(), *pw = sw.f();
+  std::vector<float> krow(static_cast<size_t>(di));  // [di] one widened key
   std::vector<float> score;     // [n_vis]
   std::vector<int32_t> order;   // [n_vis] selectable rows
   std::vector<float> blocks;    // [n_blocks] candidate block scores
@@ -49,7 +52,7 @@ void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
     for (int r = 0; r < n_vis; ++r) {
       const int blk = m.h_block_table[size_t(s) * m.max_blocks + r / rpb];
       DIL_CHECK(blk >= 0 && blk < a.keys.size(0), "indexer: row ", r, " of seq ", s, " has no block");
-      const float* k = pk + (int64_t(blk) * rpb + r % rpb) * di;
+      const float* k = cpu::act_row(a.keys, int64_t(blk) * rpb + r % rpb, di, krow.data());
       double acc = 0.0;
       for (int64_t h = 0; h < Hi; ++h) {
         const float* qh = pq + (t * Hi + h) * di;

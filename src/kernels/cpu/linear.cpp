@@ -131,11 +131,13 @@ void linear_rows(const float* x, int64_t T, int64_t ld_x, const Weight& w, int a
 
 }  // namespace cpu
 
-// x [T, in] f32 -> out [T, out] f32. act_block > 0: FP8 act quant of x per act_block columns
-// (only for FP8/FP4 weights, as the official linear() does; ignored for F32/BF16 weights).
-void CpuBackend::linear(const Tensor& x, const Weight& w, int act_block, Tensor out) {
-  cpu::check_f32(x, "linear x");
-  cpu::check_f32(out, "linear out");
+// x [T, in] f32|bf16 -> out [T, out] f32|bf16. act_block > 0: FP8 act quant of x per
+// act_block columns (only for FP8/FP4 weights, as the official linear() does; ignored for
+// F32/BF16 weights). The f32 result is rounded to out's dtype.
+void CpuBackend::linear(const Tensor& x0, const Weight& w, int act_block, Tensor out0) {
+  impl_for(linear_site(w, act_block, x0.dtype, out0.dtype, numerics()), cpu::n_rows(x0));  // the site is planned
+  cpu::Staged sx(x0, "linear x"), so(out0, "linear out", true);
+  const Tensor &x = sx.t, &out = so.t;
   const int64_t in = cpu::weight_cols(w), n_out = cpu::weight_rows(w);
   DIL_CHECK(cpu::last_dim(x) == in, "linear: x ", x.shape_str(), " vs weight in ", in);
   DIL_CHECK(cpu::last_dim(out) == n_out && cpu::n_rows(out) == cpu::n_rows(x), "linear: out ",
@@ -143,11 +145,13 @@ void CpuBackend::linear(const Tensor& x, const Weight& w, int act_block, Tensor 
   cpu::linear_rows(x.ptr<float>(), cpu::n_rows(x), in, w, act_block, out.ptr<float>(), n_out);
 }
 
-// x [T, G, K], W [G*N, K] (any kind, no act quant) -> out [T, G, N]:
-// out[t, g, n] = sum_k x[t, g, k] * W[g*N + n, k], double accumulation rounded once.
-void CpuBackend::grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out, bool /*split_bf16*/) {
-  cpu::check_f32(x, "grouped_linear x");
-  cpu::check_f32(out, "grouped_linear out");
+// x [T, G, K] f32|bf16, W [G*N, K] (any kind, no act quant) -> out [T, G, N] f32|bf16:
+// out[t, g, n] = sum_k x[t, g, k] * W[g*N + n, k], double accumulation rounded once to f32,
+// then to out's dtype.
+void CpuBackend::grouped_linear(const Tensor& x0, const Weight& w, int groups, Tensor out0) {
+  impl_for(grouped_linear_site(w, groups, x0.dtype, out0.dtype, numerics()), x0.size(0));
+  cpu::Staged sx(x0, "grouped_linear x"), so(out0, "grouped_linear out", true);
+  const Tensor &x = sx.t, &out = so.t;
   const int64_t K = cpu::weight_cols(w), G = groups, N = cpu::weight_rows(w) / G;
   DIL_CHECK(G > 0 && N * G == cpu::weight_rows(w), "grouped_linear: ", cpu::weight_rows(w),
             " rows not divisible into ", G, " groups");

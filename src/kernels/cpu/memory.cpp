@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/registry.h"
 #include "kernels/cpu/cpu_common.h"
 
 namespace dil {
@@ -16,9 +17,52 @@ void check_i32(const Tensor& t, const char* what) {
   DIL_CHECK(!t.empty() && t.device == Device::CPU && t.dtype == DType::I32, what,
             ": expected a host i32 tensor, got dtype ", dtype_name(t.dtype), " ", t.shape_str());
 }
+void check_act(const Tensor& t, const char* what) {
+  DIL_CHECK(!t.empty() && t.device == Device::CPU && (t.dtype == DType::F32 || t.dtype == DType::BF16), what,
+            ": expected a host f32 or bf16 tensor, got dtype ", dtype_name(t.dtype), " ", t.shape_str());
+}
+
+const float* act_row(const Tensor& t, int64_t i, int64_t d, float* tmp) {
+  if (t.dtype == DType::F32) return t.ptr<float>() + i * d;
+  const uint16_t* src = t.ptr<uint16_t>() + i * d;
+  for (int64_t c = 0; c < d; ++c) tmp[c] = bf16_to_f32(src[c]);
+  return tmp;
+}
+
+void set_act_row(Tensor& t, int64_t i, int64_t d, const float* v) {
+  if (t.dtype == DType::F32) {
+    std::memcpy(t.ptr<float>() + i * d, v, size_t(d) * 4);
+    return;
+  }
+  uint16_t* dst = t.ptr<uint16_t>() + i * d;
+  for (int64_t c = 0; c < d; ++c) dst[c] = f32_to_bf16(v[c]);
+}
+
+Staged::Staged(const Tensor& t0, const char* what, bool write) : orig_(t0), write_(write) {
+  check_act(t0, what);
+  t = t0;
+  if (t0.dtype == DType::F32) return;
+  copy_ = host_alloc(std::max<size_t>(size_t(t0.numel()) * 4, 4));
+  t.data = copy_.data();
+  t.dtype = DType::F32;
+  const uint16_t* src = t0.ptr<uint16_t>();
+  float* dst = t.ptr<float>();
+  for (int64_t i = 0; i < t0.numel(); ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+void Staged::flush() {
+  if (!write_ || orig_.dtype == DType::F32 || copy_.data() == nullptr) return;
+  write_ = false;
+  const float* src = t.ptr<float>();
+  uint16_t* dst = orig_.ptr<uint16_t>();
+  for (int64_t i = 0; i < orig_.numel(); ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
 }  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+const std::vector<KernelImpl>& CpuBackend::kernels() const { return cpu_kernel_registry(); }
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o) { return std::make_unique<CpuBackend>(o); }
 
 Buffer CpuBackend::alloc(size_t bytes) { return host_alloc(bytes); }
 
@@ -41,14 +85,14 @@ void CpuBackend::copy(Tensor dst, const Tensor& src) {
   if (dst.nbytes() && dst.data != src.data) std::memmove(dst.data, src.data, dst.nbytes());
 }
 
-// out[t, :] = table[ids[t], :] as f32 (table BF16 or F32 [V, D]; ids [T] i32; out [T, D] f32).
+// out[t, :] = table[ids[t], :] (table BF16 or F32 [V, D]; ids [T] i32; out [T, D] f32|bf16).
 void CpuBackend::embed(const Weight& table, const Tensor& ids, Tensor out) {
   cpu::check_i32(ids, "embed ids");
-  cpu::check_f32(out, "embed out");
+  cpu::Staged so(out, "embed out", true);
   const int64_t V = table.w.size(0), D = table.w.size(1), T = ids.numel();
   DIL_CHECK(out.numel() == T * D, "embed: out ", out.shape_str(), " for ", T, " ids of width ", D);
   const int32_t* id = ids.ptr<int32_t>();
-  float* o = out.ptr<float>();
+  float* o = so.f();
   for (int64_t t = 0; t < T; ++t) {
     DIL_CHECK(id[t] >= 0 && id[t] < V, "embed: token id ", id[t], " outside [0, ", V, ")");
     if (table.w.dtype == DType::BF16) {
@@ -61,14 +105,13 @@ void CpuBackend::embed(const Weight& table, const Tensor& ids, Tensor out) {
   }
 }
 
-// out = a + b elementwise (f32, same element count; out may alias a or b).
+// out = a + b elementwise in f32 (each f32|bf16, same element count; out may alias a or b),
+// rounded once to out's dtype.
 void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor out) {
-  cpu::check_f32(a, "add a");
-  cpu::check_f32(b, "add b");
-  cpu::check_f32(out, "add out");
+  cpu::Staged sa(a, "add a"), sb(b, "add b"), so(out, "add out", true);
   DIL_CHECK(a.numel() == b.numel() && a.numel() == out.numel(), "add: sizes differ");
-  const float *pa = a.ptr<float>(), *pb = b.ptr<float>();
-  float* po = out.ptr<float>();
+  const float *pa = sa.f(), *pb = sb.f();
+  float* po = so.f();
   for (int64_t i = 0, n = out.numel(); i < n; ++i) po[i] = pa[i] + pb[i];
 }
 

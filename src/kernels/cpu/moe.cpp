@@ -89,22 +89,30 @@ void CpuBackend::moe_route(const MoeRouteArgs& a) {
   }
 }
 
-// x [T, D] -> out [T, D]. For token t and its i-th expert e = route_idx[t, i] (held here:
-// e - expert_offset in [0, w1.size()); other slots contribute 0):
+// x [T, D] f32|bf16 -> out [T, D] f32|bf16. For token t and its i-th expert
+// e = route_idx[t, i] (held here: e - expert_offset in [0, w1.size()); other slots contribute 0):
 //   g = linear(x_t, w1[e], act_block), u = linear(x_t, w3[e], act_block);
 //   h = silu(min(g, lim)) * clamp(u, -lim, lim) * route_w[t, i]  (f32 steps);
 //   y_i = linear(h, w2[e], act_block);
-//   out[t] = sum_i y_i (i ascending, double, rounded once).
+//   out[t] = sum_i y_i (i ascending, double, rounded once to f32, then to out's dtype).
+// round_bf16 (fast numerics): g, u, h and y_i are rounded to bf16 where the official code holds
+// them in bf16 (the fp8/fp4_gemm outputs, and h as w2's input).
 // Tokens are grouped per expert so each expert's weights are dequantized once per call; each
 // token's rows are computed independently, so grouping does not change any result.
 void CpuBackend::moe_experts(const MoeExpertsArgs& a) {
-  cpu::check_f32(a.x, "moe_experts x");
+  cpu::Staged sx(a.x, "moe_experts x"), so(a.out, "moe_experts out", true);
+  const Tensor &x = sx.t, &out = so.t;
   cpu::check_f32(a.route_w, "moe_experts route_w");
   cpu::check_i32(a.route_idx, "moe_experts route_idx");
-  cpu::check_f32(a.out, "moe_experts out");
   DIL_CHECK(a.w1 && a.w2 && a.w3, "moe_experts: missing expert weights");
-  const int64_t T = cpu::n_rows(a.x), D = cpu::last_dim(a.x), k = T ? a.route_idx.numel() / T : 0;
-  DIL_CHECK(a.out.numel() == T * D && a.route_w.numel() == T * k, "moe_experts: shapes");
+  if (!a.w1->empty())
+    impl_for(moe_experts_site((*a.w1)[0], a.act_block, a.x.dtype, a.out.dtype, numerics()), cpu::n_rows(a.x));
+  const int64_t T = cpu::n_rows(x), D = cpu::last_dim(x), k = T ? a.route_idx.numel() / T : 0;
+  DIL_CHECK(out.numel() == T * D && a.route_w.numel() == T * k, "moe_experts: shapes");
+  auto round_all = [&](std::vector<float>& v) {
+    if (a.round_bf16)
+      for (float& f : v) f = round_bf16(f);
+  };
   const int64_t n_exp = int64_t(a.w1->size());
   // Rows (t * k + i) of each expert, in ascending order.
   std::map<int32_t, std::vector<int64_t>> by_expert;
@@ -125,21 +133,25 @@ void CpuBackend::moe_experts(const MoeExpertsArgs& a) {
               "moe_experts: expert ", e, " weight shapes");
     xs.resize(size_t(n * D));  // [n, D] gathered token rows
     for (int64_t j = 0; j < n; ++j)
-      std::copy(a.x.ptr<float>() + (rs[j] / k) * D, a.x.ptr<float>() + (rs[j] / k + 1) * D, xs.begin() + j * D);
+      std::copy(x.ptr<float>() + (rs[j] / k) * D, x.ptr<float>() + (rs[j] / k + 1) * D, xs.begin() + j * D);
     g.resize(size_t(n * I));  // [n, I]
     u.resize(size_t(n * I));  // [n, I]
     cpu::linear_rows(xs.data(), n, D, w1, a.act_block, g.data(), I);
     cpu::linear_rows(xs.data(), n, D, w3, a.act_block, u.data(), I);
+    round_all(g);
+    round_all(u);
     for (int64_t j = 0; j < n; ++j) {
       const float rw = a.route_w.ptr<float>()[rs[j]];
       for (int64_t c = 0; c < I; ++c)
         g[j * I + c] = swiglu_one(g[j * I + c], u[j * I + c], a.swiglu_limit) * rw;
     }
+    round_all(g);
     xs.resize(size_t(n * D));  // [n, D] expert outputs
     cpu::linear_rows(g.data(), n, I, w2, a.act_block, xs.data(), D);
+    round_all(xs);
     for (int64_t j = 0; j < n; ++j) std::copy(xs.begin() + j * D, xs.begin() + (j + 1) * D, y.begin() + rs[j] * D);
   }
-  float* po = a.out.ptr<float>();
+  float* po = out.ptr<float>();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t c = 0; c < D; ++c) {
       double acc = 0.0;
@@ -148,12 +160,12 @@ void CpuBackend::moe_experts(const MoeExpertsArgs& a) {
     }
 }
 
-// g, u, out [T, I] f32; w [T] f32 or empty (= 1):
-// out = silu(min(g, limit)) * clamp(u, -limit, limit) [* w[t]], f32 steps, silu in double.
-void CpuBackend::swiglu(const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out) {
-  cpu::check_f32(g, "swiglu g");
-  cpu::check_f32(u, "swiglu u");
-  cpu::check_f32(out, "swiglu out");
+// g, u, out [T, I] f32|bf16; w [T] f32 or empty (= 1):
+// out = silu(min(g, limit)) * clamp(u, -limit, limit) [* w[t]], f32 steps, silu in double,
+// rounded to out's dtype.
+void CpuBackend::swiglu(const Tensor& g0, const Tensor& u0, const Tensor& w, float limit, Tensor out0) {
+  cpu::Staged sg(g0, "swiglu g"), su(u0, "swiglu u"), so(out0, "swiglu out", true);
+  const Tensor &g = sg.t, &u = su.t, &out = so.t;
   const int64_t T = cpu::n_rows(g), I = cpu::last_dim(g);
   DIL_CHECK(u.numel() == g.numel() && out.numel() == g.numel(), "swiglu: sizes differ");
   if (!w.empty()) {

@@ -6,12 +6,13 @@
 
 namespace dil {
 
-// x [R, d] f32 (rows = numel / last dim), w [d] f32 or bf16 (empty: unweighted), out like x
-// (may alias x): r = f32(1 / sqrt(sum(x^2)/d + eps)) computed in double and rounded once;
-// y = w * (x * r) with both products in f32 (the official order: weight multiplied last).
-void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) {
-  cpu::check_f32(x, "rms_norm x");
-  cpu::check_f32(out, "rms_norm out");
+// x [R, d] f32|bf16 (rows = numel / last dim), w [d] f32 or bf16 (empty: unweighted), out
+// [R, d] f32|bf16 (may alias x): r = f32(1 / sqrt(sum(x^2)/d + eps)) computed in double and
+// rounded once; y = w * (x * r) with both products in f32 (the official order: weight
+// multiplied last), rounded to out's dtype.
+void CpuBackend::rms_norm(const Tensor& x0, const Tensor& w, float eps, Tensor out0) {
+  cpu::Staged sx(x0, "rms_norm x"), so(out0, "rms_norm out", true);
+  const Tensor &x = sx.t, &out = so.t;
   const int64_t d = cpu::last_dim(x), R = cpu::n_rows(x);
   DIL_CHECK(out.numel() == x.numel(), "rms_norm: out ", out.shape_str(), " x ", x.shape_str());
   DIL_CHECK(w.empty() || (w.numel() == d && (w.dtype == DType::F32 || w.dtype == DType::BF16)),
@@ -32,13 +33,14 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor ou
   }
 }
 
-// x [R, H, d] f32 (or [R, d]: one head), pos [R] i32. Only the last rope_dims of each head
-// rotate, as interleaved pairs (2i, 2i+1) of that part, i < rope_dims/2:
+// x [R, H, d] f32|bf16 (or [R, d]: one head), pos [R] i32. Only the last rope_dims of each
+// head rotate, as interleaved pairs (2i, 2i+1) of that part, i < rope_dims/2:
 //   phi = float(pos) * inv_freq[i] (fp32 product); c, s = cos/sin(phi) in double rounded to f32
 //   (s negated when inverse); y0 = x0*c - x1*s, y1 = x0*s + x1*c, each evaluated in double
-//   (the products are exact there) and rounded to f32.
-void CpuBackend::rope(Tensor x, const Tensor& pos, const RopeTable& table, bool inverse) {
-  cpu::check_f32(x, "rope x");
+//   (the products are exact there) and rounded to f32 (then to x's dtype).
+void CpuBackend::rope(Tensor x0, const Tensor& pos, const RopeTable& table, bool inverse) {
+  cpu::Staged sx(x0, "rope x", true);
+  Tensor& x = sx.t;
   cpu::check_i32(pos, "rope pos");
   cpu::check_f32(table.inv_freq, "rope inv_freq");
   const int64_t R = x.size(0), d = cpu::last_dim(x), heads = x.numel() / (R * d);

@@ -31,22 +31,26 @@ void act_quant_qdq(float* x, int64_t n, int block) {
 
 }  // namespace cpu
 
-// x [R, d] f32 (any shape; rows = numel / last dim): per row, columns [0, cols) go through
-// act_quant_qdq in blocks of `block`; columns >= cols are untouched.
-void CpuBackend::fp8_qdq(Tensor x, int cols, int block) {
-  cpu::check_f32(x, "fp8_qdq");
+// x [R, d] f32|bf16 (any shape; rows = numel / last dim): per row, columns [0, cols) go
+// through act_quant_qdq in blocks of `block`; columns >= cols are untouched. The QDQ'd values
+// (e4m3 times a power of two) are exact in bf16.
+void CpuBackend::fp8_qdq(Tensor x0, int cols, int block) {
+  cpu::Staged sx(x0, "fp8_qdq", true);
+  Tensor& x = sx.t;
   const int64_t d = cpu::last_dim(x), R = cpu::n_rows(x);
   DIL_CHECK(cols >= 0 && cols <= d, "fp8_qdq: cols ", cols, " for width ", d);
   float* p = x.ptr<float>();
   for (int64_t r = 0; r < R; ++r) cpu::act_quant_qdq(p + r * d, cols, block);
 }
 
-// x [R, d] f32, d % block == 0. Per block of `block` elements of a row:
+// x [R, d] f32|bf16, d % block == 0. Per block of `block` elements of a row (the results,
+// e2m1 times a scale of at most 4 significant bits, are exact in bf16):
 //   E8M0 form:  amax = max(max|x|, 6*2^-126); s = pow2_ceil(amax * (1.0f/6.0f));
 //   E4M3 form:  amax = max(max|x|, 6*2^-9);   s = e4m3_RNE(min(amax / 6.0f, 448)) (fp32 division);
 //   q = e2m1_RNE(clamp(x/s, -6, 6)) (ties to the even code); x <- q*s.
-void CpuBackend::fp4_qdq(Tensor x, int block, bool e4m3_scale) {
-  cpu::check_f32(x, "fp4_qdq");
+void CpuBackend::fp4_qdq(Tensor x0, int block, bool e4m3_scale) {
+  cpu::Staged sx(x0, "fp4_qdq", true);
+  Tensor& x = sx.t;
   const int64_t d = cpu::last_dim(x), n = x.numel();
   DIL_CHECK(block > 0 && d % block == 0, "fp4_qdq: width ", d, " not a multiple of block ", block);
   constexpr float kInv6 = 1.0f / 6.0f;
@@ -67,11 +71,12 @@ void CpuBackend::fp4_qdq(Tensor x, int block, bool e4m3_scale) {
   }
 }
 
-// x [R, d] f32, d a power of two: y = (x @ H_d) * d^-0.5 with the Sylvester matrix
+// x [R, d] f32|bf16, d a power of two: y = (x @ H_d) * d^-0.5 with the Sylvester matrix
 // H[i][j] = (-1)^popcount(i & j), via the in-place fast Walsh-Hadamard butterflies in double,
-// scaled by pow(d, -0.5) in double and rounded once to f32.
-void CpuBackend::hadamard(Tensor x) {
-  cpu::check_f32(x, "hadamard");
+// scaled by pow(d, -0.5) in double and rounded once to f32 (then to x's dtype).
+void CpuBackend::hadamard(Tensor x0) {
+  cpu::Staged sx(x0, "hadamard", true);
+  Tensor& x = sx.t;
   const int64_t d = cpu::last_dim(x), R = cpu::n_rows(x);
   DIL_CHECK(d > 0 && (d & (d - 1)) == 0, "hadamard: width ", d, " is not a power of two");
   const double scale = std::pow(double(d), -0.5);

@@ -5,7 +5,9 @@
 // (the rows are shared by all heads: MQA), the 16 rows of a chunk processed together.
 // docs/kernels.md says what a tensor-core version needs. Scores, the softmax and the weighted
 // sum run in double (rows and q stay f32, their products are exact in double), so the result
-// is the reference's to a last-bit rounding.
+// is the reference's to a last-bit rounding. q, the rows and out are f32 or bf16 (one dtype,
+// AttnArgs): the kernels are templates over its storage type; bf16 rows are widened exactly
+// when staged, the output rounded once (after its f32 rounding, as the reference).
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace dil::cuda {
@@ -13,9 +15,19 @@ namespace {
 
 constexpr int kHeadsPerBlock = 8, kChunk = 16, kMaxD = 512;
 
-__global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams P) {
+// Four consecutive values of a row (k4 counts groups of four; rows are 16-byte aligned for
+// f32, 8-byte for bf16: d is a multiple of 32) widened to f32.
+__device__ __forceinline__ float4 load4(const float* row, int k4) { return reinterpret_cast<const float4*>(row)[k4]; }
+__device__ __forceinline__ float4 load4(const bf16_t* row, int k4) {
+  const uint2 v = reinterpret_cast<const uint2*>(row)[k4];
+  return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
+                     __uint_as_float(v.y & 0xffff0000u));
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams<T> P) {
   __shared__ __align__(16) float rows[kChunk][kMaxD];
-  __shared__ const float* ptrs[kChunk];
+  __shared__ const T* ptrs[kChunk];
   const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int h = blockIdx.y * kHeadsPerBlock + warp;
   const int s = P.tok_seq[t], p = P.tok_pos[t];
@@ -27,7 +39,7 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams P) {
   double acc[kMaxD / 32];
 #pragma unroll
   for (int i = 0; i < kMaxD / 32; ++i) {
-    q[i] = (h < P.H && i < dl) ? P.q[(int64_t(t) * P.H + h) * P.d + lane + 32 * i] : 0.f;
+    q[i] = (h < P.H && i < dl) ? ld_act(P.q[(int64_t(t) * P.H + h) * P.d + lane + 32 * i]) : 0.f;
     acc[i] = 0.0;
   }
   double m = -INFINITY, l = 0.0;
@@ -38,11 +50,10 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams P) {
       ptrs[threadIdx.x] = c < n_cand ? attn_row(P, t, s, p, n_win, c) : nullptr;
     }
     __syncthreads();
-    const int d4 = P.d / 4;  // 16-byte loads (rows are d*4 >= 128 bytes apart, aligned)
+    const int d4 = P.d / 4;  // 4 values per load (rows are d*sizeof(T) >= 64 bytes apart, aligned)
     for (int i = threadIdx.x; i < kChunk * d4; i += blockDim.x) {
       int r = i / d4, k = i % d4;
-      const float4* src = reinterpret_cast<const float4*>(ptrs[r]);
-      reinterpret_cast<float4*>(&rows[r][0])[k] = src ? src[k] : make_float4(0.f, 0.f, 0.f, 0.f);
+      reinterpret_cast<float4*>(&rows[r][0])[k] = ptrs[r] ? load4(ptrs[r], k) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     __syncthreads();
     if (h >= P.H) continue;
@@ -95,48 +106,59 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams P) {
   double denom = l * a + exp(sink - mf);
 #pragma unroll
   for (int i = 0; i < kMaxD / 32; ++i)
-    if (i < dl) P.out[(int64_t(t) * P.H + h) * P.d + lane + 32 * i] = float(acc[i] * a / denom);
+    if (i < dl) st_act(P.out + (int64_t(t) * P.H + h) * P.d + lane + 32 * i, float(acc[i] * a / denom));
 }
 
-__global__ void ring_write_kernel(const float* kv_new, float* ring, const int32_t* tok_seq, const int32_t* tok_pos,
+// Row copies (T: the rows' storage type; the ring and the cache hold the activation dtype).
+template <class T>
+__global__ void ring_write_kernel(const T* kv_new, T* ring, const int32_t* tok_seq, const int32_t* tok_pos,
                                   const int32_t* start_pos, const int32_t* len, const int32_t* slot, int W, int d) {
   int t = blockIdx.x;
   int s = tok_seq[t], p = tok_pos[t];
   if (p < start_pos[s] + len[s] - W) return;  // a later token of this step takes the slot
-  float* dst = ring + (int64_t(slot[s]) * W + p % W) * d;
+  T* dst = ring + (int64_t(slot[s]) * W + p % W) * d;
   for (int k = threadIdx.x; k < d; k += blockDim.x) dst[k] = kv_new[int64_t(t) * d + k];
 }
 
-__global__ void paged_write_kernel(const float* rows, float* cache, int rpb, int d, const int32_t* seq,
+template <class T>
+__global__ void paged_write_kernel(const T* rows, T* cache, int rpb, int d, const int32_t* seq,
                                    const int32_t* row, const int32_t* block_table, int max_blocks) {
   int e = blockIdx.x;
   int r = row[e];
   int b = block_table[seq[e] * max_blocks + r / rpb];
   if (b < 0) return;
-  float* dst = cache + (int64_t(b) * rpb + r % rpb) * d;
+  T* dst = cache + (int64_t(b) * rpb + r % rpb) * d;
   for (int k = threadIdx.x; k < d; k += blockDim.x) dst[k] = rows[int64_t(e) * d + k];
 }
 
 }  // namespace
 
-AttnParams make_attn_params(const AttnArgs& a, const StepMeta& m) {
-  AttnParams P{};
-  const int T = int(a.q.size(0));
+template <class T>
+AttnParams<T> make_attn_params(const AttnArgs& a, const StepMeta& m) {
+  AttnParams<T> P{};
+  const int T_tokens = int(a.q.size(0));
   P.H = int(a.q.size(1));
   P.d = int(a.q.size(2));
   DIL_CHECK(P.d % 32 == 0 && P.d <= kMaxD, "sparse_attention: head dim ", P.d);
-  DIL_CHECK(a.kv_new.size(0) == T && a.kv_new.size(1) == P.d, "sparse_attention: kv_new ", a.kv_new.shape_str());
-  P.q = a.q.ptr<float>();
-  P.kv_new = a.kv_new.ptr<float>();
-  P.ring = a.ring.empty() ? nullptr : a.ring.ptr<float>();
+  DIL_CHECK(a.kv_new.size(0) == T_tokens && a.kv_new.size(1) == P.d, "sparse_attention: kv_new ", a.kv_new.shape_str());
+  DIL_CHECK(a.out.numel() == a.q.numel(), "sparse_attention: out ", a.out.shape_str(), " q ", a.q.shape_str());
+  DIL_CHECK(a.sink.numel() == P.H, "sparse_attention: sink ", a.sink.shape_str(), " for ", P.H, " heads");
+  check_f32(a.sink, "sparse_attention sink");
+  // AttnArgs: q, kv_new, ring, comp and out share one activation dtype.
+  for (const Tensor* t : {&a.kv_new, &a.ring, &a.comp, &a.out})
+    DIL_CHECK(t->empty() || t->dtype == a.q.dtype, "sparse_attention: q is ", dtype_name(a.q.dtype), " but a row ",
+              "tensor or out is ", dtype_name(t->dtype), " (one activation dtype)");
+  P.q = a.q.ptr<const T>();
+  P.kv_new = a.kv_new.ptr<const T>();
+  P.ring = a.ring.empty() ? nullptr : a.ring.ptr<const T>();
   P.ring_len = a.ring.empty() ? a.window : int(a.ring.size(1));
-  P.comp = a.comp.empty() ? nullptr : a.comp.ptr<float>();
+  P.comp = a.comp.empty() ? nullptr : a.comp.ptr<const T>();
   P.ratio = (a.comp.empty() || a.comp_ratio <= 0) ? 0 : a.comp_ratio;
   P.rpb = a.rows_per_block;
   P.comp_idx = (P.ratio && !a.comp_idx.empty()) ? a.comp_idx.ptr<int32_t>() : nullptr;
   P.K = P.comp_idx ? int(a.comp_idx.size(1)) : 0;
   P.sink = a.sink.ptr<float>();
-  P.out = a.out.ptr<float>();
+  P.out = a.out.ptr<T>();
   P.scale = a.scale;
   P.W = a.window;
   P.q_start = m.q_start.ptr<int32_t>();
@@ -150,26 +172,39 @@ AttnParams make_attn_params(const AttnArgs& a, const StepMeta& m) {
   return P;
 }
 
-void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m) {
-  const int T = int(a.q.size(0));
-  const AttnParams P = make_attn_params(a, m);
-  if (T == 0) return;
-  if (attention_mma_supported(a)) {
-    sparse_attention_mma(c, P, T);  // official numerics: BF16-split tensor cores
-    return;
-  }
-  dim3 grid(unsigned(T), unsigned(ceil_div(P.H, kHeadsPerBlock)));
-  sparse_attn_kernel<<<grid, 256, 0, c.stream>>>(P);
-  DIL_LAUNCH_CHECK("sparse_attn_kernel");
+void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m, const std::string& impl) {
+  const int T_tokens = int(a.q.size(0));
+  with_act(a.q, "sparse_attention q", [&](auto tq) {
+    using T = decltype(tq);
+    const AttnParams<T> P = make_attn_params<T>(a, m);
+    if (T_tokens == 0) return;
+    if (impl == "mma_split_bf16" || impl == "mma_bf16") {
+      // official: f32 operands split hi + lo; fast: BF16 operands and probabilities.
+      constexpr bool kBf16 = std::is_same_v<T, bf16_t>;
+      DIL_CHECK((impl == "mma_bf16") == kBf16, "sparse_attention ", impl, ": ", dtype_name(a.q.dtype), " activations");
+      sparse_attention_mma(c, P, T_tokens);
+      return;
+    }
+    DIL_CHECK(impl == "fp64", "sparse_attention: implementation '", impl, "' has no launcher");
+    dim3 grid(unsigned(T_tokens), unsigned(ceil_div(P.H, kHeadsPerBlock)));
+    sparse_attn_kernel<T><<<grid, 256, 0, c.stream>>>(P);
+    DIL_LAUNCH_CHECK("sparse_attn_kernel");
+  });
 }
 
 void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m) {
-  int T = int(kv_new.size(0)), d = int(kv_new.size(1));
-  if (T == 0) return;
-  ring_write_kernel<<<unsigned(T), 128, 0, c.stream>>>(kv_new.ptr<float>(), ring.ptr<float>(),
-                                                       m.tok_seq.ptr<int32_t>(), m.tok_pos.ptr<int32_t>(),
-                                                       m.start_pos.ptr<int32_t>(), m.len.ptr<int32_t>(),
-                                                       m.slot.ptr<int32_t>(), int(ring.size(1)), d);
+  int n_tok = int(kv_new.size(0)), d = int(kv_new.size(1));
+  DIL_CHECK(kv_new.dtype == ring.dtype, "ring_write: ", dtype_name(kv_new.dtype), " rows into a ",
+            dtype_name(ring.dtype), " ring");
+  DIL_CHECK(ring.ndim == 3 && ring.size(2) == d, "ring_write: ring ", ring.shape_str(), " kv ", kv_new.shape_str());
+  if (n_tok == 0) return;
+  with_act(ring, "ring_write ring", [&](auto tr) {
+    using T = decltype(tr);
+    ring_write_kernel<T><<<unsigned(n_tok), 128, 0, c.stream>>>(kv_new.ptr<const T>(), ring.ptr<T>(),
+                                                            m.tok_seq.ptr<int32_t>(), m.tok_pos.ptr<int32_t>(),
+                                                            m.start_pos.ptr<int32_t>(), m.len.ptr<int32_t>(),
+                                                            m.slot.ptr<int32_t>(), int(ring.size(1)), d);
+  });
   DIL_LAUNCH_CHECK("ring_write_kernel");
 }
 
@@ -177,9 +212,17 @@ void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, c
                  const StepMeta& m) {
   if (plan.n == 0) return;
   int d = int(rows.size(-1));
-  paged_write_kernel<<<unsigned(plan.n), 128, 0, c.stream>>>(rows.ptr<float>(), cache.ptr<float>(), rows_per_block, d,
-                                                            plan.seq.ptr<int32_t>(), plan.row.ptr<int32_t>(),
-                                                            m.block_table.ptr<int32_t>(), m.max_blocks);
+  DIL_CHECK(rows.dtype == cache.dtype, "paged_write: rows ", dtype_name(rows.dtype), " into a ",
+            dtype_name(cache.dtype), " cache");
+  DIL_CHECK(cache.ndim == 3 && cache.size(1) == rows_per_block && cache.size(2) == d &&
+                rows.numel() >= int64_t(plan.n) * d,
+            "paged_write: rows ", rows.shape_str(), " cache ", cache.shape_str(), " rpb ", rows_per_block);
+  with_act(cache, "paged_write cache", [&](auto tc) {
+    using T = decltype(tc);
+    paged_write_kernel<T><<<unsigned(plan.n), 128, 0, c.stream>>>(rows.ptr<const T>(), cache.ptr<T>(), rows_per_block,
+                                                                  d, plan.seq.ptr<int32_t>(), plan.row.ptr<int32_t>(),
+                                                                  m.block_table.ptr<int32_t>(), m.max_blocks);
+  });
   DIL_LAUNCH_CHECK("paged_write_kernel");
 }
 

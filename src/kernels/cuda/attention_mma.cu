@@ -1,16 +1,23 @@
-// Sparse attention with a sink on tensor cores (official numerics, AttnArgs::split_bf16).
+// Sparse attention with a sink on tensor cores: one kernel template, two operand modes (the
+// storage type T of q, the rows and out):
+// - T = float, official numerics (the plan's mma_split_bf16): every f32 operand x is split as
+//   hi = bf16(x), lo = bf16(x - hi) (|x - hi - lo| <= 2^-17 |x|) and x.y = hi.hi + hi.lo +
+//   lo.hi (the dropped lo.lo term is <= 2^-16 |x||y|): 3 MMAs per product, in S = q.k^T and in
+//   O += P.V alike; f32 output.
+// - T = bf16_t, fast numerics (mma_bf16), what FlashMLA computes: the BF16 q and rows are the
+//   MMA operands as they are (one MMA per product in S; BF16 x BF16 products are exact in f32),
+//   the probabilities are rounded to BF16 for P.V (one MMA), the row sums stay those of the f32
+//   probabilities; bf16 output (rounded once).
+// Both: f32 accumulation, f32 online softmax (expf) with the sink in the denominator at the end.
+// Bounds: tests/cuda/test_attention.cpp.
 //
 // One CTA per (token, 16 heads), 4 warps. The token's candidate rows (window rows, then
 // compressed rows; MQA: one row serves as key and value for every head) are staged 32 at a
-// time in shared memory. S = q.k^T: warp w scores rows 8w..8w+7 of the chunk for the 16 heads;
-// the scores meet in shared memory; every warp then updates the same online-softmax state
-// (running max and sum per head, identical in all warps) and accumulates O += P.V for its
-// quarter of the 512 output dims (ldmatrix.trans gives the value fragments from the row-major
-// rows). The sink enters the denominator at the end, as in the exact path.
-//
-// Precision: BF16 MMAs with every f32 operand x split as hi = bf16(x), lo = bf16(x - hi)
-// (|x - hi - lo| <= 2^-17 |x|) and x.y = hi.hi + hi.lo + lo.hi (the dropped lo.lo term is
-// <= 2^-16 |x||y|), f32 accumulation, f32 exp. Bounds: tests/cuda/test_attention.cpp.
+// time in shared memory as BF16 (official: hi and lo planes). S = q.k^T: warp w scores rows
+// 8w..8w+7 of the chunk for the 16 heads; the scores meet in shared memory; every warp then
+// updates the same online-softmax state (running max and sum per head, identical in all warps)
+// and accumulates O += P.V for its quarter of the 512 output dims (ldmatrix.trans gives the
+// value fragments from the row-major rows).
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -47,14 +54,43 @@ __device__ __forceinline__ void stage4(uint16_t* hi, uint16_t* lo, float4 v) {
   *reinterpret_cast<uint2*>(lo) = make_uint2(pack(l[0], l[1]), pack(l[2], l[3]));
 }
 
-__global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams P) {
+// One row of kD values into shared memory: official, 4 f32 per step split into the hi and lo
+// planes; fast, 8 bf16 per step (16 bytes) copied. A null row stages zeros.
+__device__ __forceinline__ void stage_row(uint16_t* hi, uint16_t* lo, const float* src, int c) {
+  const int c4 = c;  // 4-value group
+  stage4(hi + 4 * c4, lo + 4 * c4, src ? reinterpret_cast<const float4*>(src)[c4] : make_float4(0.f, 0.f, 0.f, 0.f));
+}
+__device__ __forceinline__ void stage_row(uint16_t* hi, uint16_t*, const bf16_t* src, int c) {
+  const int c8 = c;  // 8-value group
+  *reinterpret_cast<uint4*>(hi + 8 * c8) = src ? reinterpret_cast<const uint4*>(src)[c8] : make_uint4(0u, 0u, 0u, 0u);
+}
+
+template <class T>
+constexpr bool kSplitOf = std::is_same_v<T, float>;
+// BF16 planes per staged value: hi and lo (official) or the value itself (fast).
+template <class T>
+constexpr int kPartsOf = kSplitOf<T> ? 2 : 1;
+// Values staged per thread step: 4 f32 (split into two 8-byte stores) or 8 bf16 (16 bytes).
+template <class T>
+constexpr int kVecOf = kSplitOf<T> ? 4 : 8;
+
+template <class T>
+constexpr size_t smem_bytes() {
+  return size_t(kPartsOf<T> * kHeads + kPartsOf<T> * kRows) * kStride * 2 + size_t(kHeads) * kSStride * 4 +
+         size_t(kRows) * sizeof(void*);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams<T> P) {
+  constexpr bool kSplit = kSplitOf<T>;
+  constexpr int kParts = kPartsOf<T>, kVec = kVecOf<T>;
   extern __shared__ __align__(16) unsigned char smem[];
-  uint16_t* qh = reinterpret_cast<uint16_t*>(smem);  // [16][kStride] bf16
-  uint16_t* ql = qh + kHeads * kStride;
-  uint16_t* kh = ql + kHeads * kStride;               // [32][kStride] bf16
-  uint16_t* kl = kh + kRows * kStride;
-  float* S = reinterpret_cast<float*>(kl + kRows * kStride);           // [16][kSStride]
-  const float** ptrs = reinterpret_cast<const float**>(S + kHeads * kSStride);  // [32]
+  uint16_t* qh = reinterpret_cast<uint16_t*>(smem);     // [16][kStride] bf16 (hi plane)
+  uint16_t* ql = qh + (kParts - 1) * kHeads * kStride;  // [16][kStride] lo plane (official; fast: = qh, unused)
+  uint16_t* kh = qh + kParts * kHeads * kStride;        // [32][kStride] bf16 (hi plane)
+  uint16_t* kl = kh + (kParts - 1) * kRows * kStride;   // [32][kStride] lo plane (official; fast: = kh, unused)
+  float* S = reinterpret_cast<float*>(kh + kParts * kRows * kStride);  // [16][kSStride]
+  const T** ptrs = reinterpret_cast<const T**>(S + kHeads * kSStride);  // [32]
 
   const int t = blockIdx.x, h0 = blockIdx.y * kHeads;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
@@ -63,10 +99,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams P) {
   const int n_comp = P.ratio > 0 ? (P.comp_idx ? P.K : (p + 1) / P.ratio) : 0;
   const int n_cand = n_win + n_comp;
 
-  for (int i = tid; i < kHeads * (kD / 4); i += blockDim.x) {
-    const int hh = i / (kD / 4), c4 = i % (kD / 4);
-    const float4 v = reinterpret_cast<const float4*>(P.q + (int64_t(t) * P.H + h0 + hh) * kD)[c4];
-    stage4(qh + hh * kStride + 4 * c4, ql + hh * kStride + 4 * c4, v);
+  for (int i = tid; i < kHeads * (kD / kVec); i += blockDim.x) {
+    const int hh = i / (kD / kVec), cv = i % (kD / kVec);
+    stage_row(qh + hh * kStride, ql + hh * kStride, P.q + (int64_t(t) * P.H + h0 + hh) * kD, cv);
   }
 
   float o[kNt][4];  // O[heads g | g+8][dims warp*128 + 8j + 2tg, +1]
@@ -79,10 +114,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams P) {
     __syncthreads();  // the previous chunk's rows, scores and pointers are no longer read
     if (tid < kRows) ptrs[tid] = c0 + tid < n_cand ? attn_row(P, t, s, p, n_win, c0 + tid) : nullptr;
     __syncthreads();
-    for (int i = tid; i < kRows * (kD / 4); i += blockDim.x) {
-      const int r = i / (kD / 4), c4 = i % (kD / 4);
-      const float4* src = reinterpret_cast<const float4*>(ptrs[r]);
-      stage4(kh + r * kStride + 4 * c4, kl + r * kStride + 4 * c4, src ? src[c4] : make_float4(0.f, 0.f, 0.f, 0.f));
+    for (int i = tid; i < kRows * (kD / kVec); i += blockDim.x) {
+      const int r = i / (kD / kVec), cv = i % (kD / kVec);
+      stage_row(kh + r * kStride, kl + r * kStride, ptrs[r], cv);
     }
     __syncthreads();
 
@@ -99,11 +133,14 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams P) {
       for (int ks = 0; ks < kD / 16; ++ks) {
         const int c = ks * 8 + tg;
         const uint32_t ah[4] = {qa_h0[c], qa_h1[c], qa_h0[c + 4], qa_h1[c + 4]};
-        const uint32_t al[4] = {qa_l0[c], qa_l1[c], qa_l0[c + 4], qa_l1[c + 4]};
-        const uint32_t bh0 = kb_h[c], bh1 = kb_h[c + 4], bl0 = kb_l[c], bl1 = kb_l[c + 4];
+        const uint32_t bh0 = kb_h[c], bh1 = kb_h[c + 4];
         mma_bf16(sacc, ah, bh0, bh1);
-        mma_bf16(sacc, ah, bl0, bl1);
-        mma_bf16(sacc, al, bh0, bh1);
+        if constexpr (kSplit) {
+          const uint32_t al[4] = {qa_l0[c], qa_l1[c], qa_l0[c + 4], qa_l1[c + 4]};
+          const uint32_t bl0 = kb_l[c], bl1 = kb_l[c + 4];
+          mma_bf16(sacc, ah, bl0, bl1);
+          mma_bf16(sacc, al, bh0, bh1);
+        }
       }
       const int r0 = warp * 8 + 2 * tg;
       const bool v0 = ptrs[r0] != nullptr, v1 = ptrs[r0 + 1] != nullptr;
@@ -168,30 +205,33 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams P) {
       o[j][3] *= corrB;
     }
 
-    // O += P.V over this warp's 128 dims.
+    // O += P.V over this warp's 128 dims. A fragment (rows = heads g | g+8, k = candidate rows):
+    // a0 = (g, 2tg..), a1 = (g+8, 2tg..), a2 = (g, 8+2tg..), a3 = (g+8, 8+2tg..).
 #pragma unroll
     for (int ks2 = 0; ks2 < 2; ++ks2) {
+      const float pv[8] = {pA[4 * ks2 + 0], pA[4 * ks2 + 1], pB[4 * ks2 + 0], pB[4 * ks2 + 1],
+                           pA[4 * ks2 + 2], pA[4 * ks2 + 3], pB[4 * ks2 + 2], pB[4 * ks2 + 3]};
       uint16_t h[8], l[8];
-      split(pA[4 * ks2 + 0], h[0], l[0]);
-      split(pA[4 * ks2 + 1], h[1], l[1]);
-      split(pB[4 * ks2 + 0], h[2], l[2]);
-      split(pB[4 * ks2 + 1], h[3], l[3]);
-      split(pA[4 * ks2 + 2], h[4], l[4]);
-      split(pA[4 * ks2 + 3], h[5], l[5]);
-      split(pB[4 * ks2 + 2], h[6], l[6]);
-      split(pB[4 * ks2 + 3], h[7], l[7]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        if constexpr (kSplit) split(pv[i], h[i], l[i]);
+        else h[i] = bf16_bits(pv[i]);  // fast: P rounded to BF16 (RNE), one MMA
+      }
       const uint32_t ah[4] = {pack(h[0], h[1]), pack(h[2], h[3]), pack(h[4], h[5]), pack(h[6], h[7])};
-      const uint32_t al[4] = {pack(l[0], l[1]), pack(l[2], l[3]), pack(l[4], l[5]), pack(l[6], l[7])};
       const int row = 16 * ks2 + (lane & 15);
 #pragma unroll
       for (int j = 0; j < kNt; ++j) {
         const int col = warp * kDimsPerWarp + 8 * j;
-        uint32_t bh0, bh1, bl0, bl1;
+        uint32_t bh0, bh1;
         ldmatrix_x2_trans(bh0, bh1, kh + row * kStride + col);
-        ldmatrix_x2_trans(bl0, bl1, kl + row * kStride + col);
         mma_bf16(o[j], ah, bh0, bh1);
-        mma_bf16(o[j], ah, bl0, bl1);
-        mma_bf16(o[j], al, bh0, bh1);
+        if constexpr (kSplit) {
+          const uint32_t al[4] = {pack(l[0], l[1]), pack(l[2], l[3]), pack(l[4], l[5]), pack(l[6], l[7])};
+          uint32_t bl0, bl1;
+          ldmatrix_x2_trans(bl0, bl1, kl + row * kStride + col);
+          mma_bf16(o[j], ah, bl0, bl1);
+          mma_bf16(o[j], al, bh0, bh1);
+        }
       }
     }
   }
@@ -202,30 +242,32 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams P) {
   const float mfA = fmaxf(mA, sinkA), mfB = fmaxf(mB, sinkB);
   const float aA = lA > 0.f ? expf(mA - mfA) : 0.f, aB = lB > 0.f ? expf(mB - mfB) : 0.f;
   const float fA = aA / (lA * aA + expf(sinkA - mfA)), fB = aB / (lB * aB + expf(sinkB - mfB));
-  float* outA = P.out + (int64_t(t) * P.H + hA) * kD + warp * kDimsPerWarp + 2 * tg;
-  float* outB = P.out + (int64_t(t) * P.H + hB) * kD + warp * kDimsPerWarp + 2 * tg;
+  T* outA = P.out + (int64_t(t) * P.H + hA) * kD + warp * kDimsPerWarp + 2 * tg;
+  T* outB = P.out + (int64_t(t) * P.H + hB) * kD + warp * kDimsPerWarp + 2 * tg;
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
-    *reinterpret_cast<float2*>(outA + 8 * j) = make_float2(o[j][0] * fA, o[j][1] * fA);
-    *reinterpret_cast<float2*>(outB + 8 * j) = make_float2(o[j][2] * fB, o[j][3] * fB);
+    if constexpr (kSplit) {
+      *reinterpret_cast<float2*>(outA + 8 * j) = make_float2(o[j][0] * fA, o[j][1] * fA);
+      *reinterpret_cast<float2*>(outB + 8 * j) = make_float2(o[j][2] * fB, o[j][3] * fB);
+    } else {  // two bf16 (even element offset: 4-byte aligned), each rounded once
+      *reinterpret_cast<uint32_t*>(outA + 8 * j) = pack(bf16_bits(o[j][0] * fA), bf16_bits(o[j][1] * fA));
+      *reinterpret_cast<uint32_t*>(outB + 8 * j) = pack(bf16_bits(o[j][2] * fB), bf16_bits(o[j][3] * fB));
+    }
   }
 }
 
-constexpr size_t kSmem = size_t(2 * kHeads + 2 * kRows) * kStride * 2 + size_t(kHeads) * kSStride * 4 +
-                         size_t(kRows) * sizeof(void*);
-
 }  // namespace
 
-bool attention_mma_supported(const AttnArgs& a) {
-  return a.split_bf16 && a.q.size(2) == kD && a.q.size(1) % kHeads == 0;
-}
-
-void sparse_attention_mma(Ctx& c, const AttnParams& P, int T) {
+template <class T>
+void sparse_attention_mma(Ctx& c, const AttnParams<T>& P, int T_tokens) {
   DIL_CHECK(P.d == kD && P.H % kHeads == 0, "sparse_attention_mma: H ", P.H, " d ", P.d);
-  DIL_CUDA(cudaFuncSetAttribute(attn_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-  dim3 grid(unsigned(T), unsigned(P.H / kHeads));
-  attn_mma_kernel<<<grid, kWarps * 32, kSmem, c.stream>>>(P);
+  constexpr size_t kSmem = smem_bytes<T>();
+  DIL_CUDA(cudaFuncSetAttribute(attn_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  dim3 grid(unsigned(T_tokens), unsigned(P.H / kHeads));
+  attn_mma_kernel<T><<<grid, kWarps * 32, kSmem, c.stream>>>(P);
   DIL_LAUNCH_CHECK("attn_mma_kernel");
 }
+template void sparse_attention_mma<float>(Ctx&, const AttnParams<float>&, int);
+template void sparse_attention_mma<bf16_t>(Ctx&, const AttnParams<bf16_t>&, int);
 
 }  // namespace dil::cuda

@@ -1,25 +1,30 @@
-// Shared by the two sparse-attention kernels (attention.cu: the exact SIMT path,
-// attention_mma.cu: BF16-split tensor cores): the launch parameters and the addressing of a
-// query's KV candidates (window rows, then compressed rows by index or all visible ones).
+// Shared by the sparse-attention kernels (attention.cu: the exact FP64 path, attention_mma.cu:
+// tensor cores): the launch parameters and the addressing of a query's KV candidates (window
+// rows, then compressed rows by index or all visible ones). T is the storage type of q, the
+// rows and out (float | bf16_t): AttnArgs gives them one activation dtype.
 #pragma once
 #include "kernels/cuda/ops.cuh"
 
 namespace dil::cuda {
 
+template <class T>
 struct AttnParams {
-  const float* q;        // [T, H, d]
-  const float* kv_new;   // [T, d]
-  const float* ring;     // [n_slots, W, d]
-  const float* comp;     // [n_blocks, rpb, d] or null
+  const T* q;            // [T, H, d]
+  const T* kv_new;       // [T, d]
+  const T* ring;         // [n_slots, W, d]
+  const T* comp;         // [n_blocks, rpb, d] or null
   const int32_t* comp_idx;  // [T, K] or null
   const float* sink;     // [H]
-  float* out;            // [T, H, d]
+  T* out;                // [T, H, d]
   const int32_t *q_start, *start_pos, *slot, *tok_pos, *tok_seq, *block_table;
   int H, d, W, ring_len, ratio, rpb, K, max_blocks;
   float scale;
 };
 
-__device__ inline const float* attn_row(const AttnParams& P, int t, int s, int p, int n_win, int c) {
+// Candidate c of token t (sequence s at position p, n_win window rows): a row pointer, or null
+// for a compressed row that is not visible (index -1, past the visible rows, no block).
+template <class T>
+__device__ inline const T* attn_row(const AttnParams<T>& P, int t, int s, int p, int n_win, int c) {
   if (c < n_win) {
     int j = p - n_win + 1 + c;
     int sp = P.start_pos[s];
@@ -35,12 +40,15 @@ __device__ inline const float* attn_row(const AttnParams& P, int t, int s, int p
   return P.comp + (int64_t(b) * P.rpb + r % P.rpb) * P.d;
 }
 
-// Fills everything but the kernel choice; checks shapes.
-AttnParams make_attn_params(const AttnArgs& a, const StepMeta& m);
+// Fills everything but the kernel choice; checks shapes and that q, kv_new, ring, comp and out
+// share the storage type T.
+template <class T>
+AttnParams<T> make_attn_params(const AttnArgs& a, const StepMeta& m);
 
-// The tensor-core path (attention_mma.cu): when a.split_bf16 allows it and the shape has a
-// kernel (head dim 512, heads a multiple of 16).
-bool attention_mma_supported(const AttnArgs& a);
-void sparse_attention_mma(Ctx& c, const AttnParams& P, int T);
+// The tensor-core path (attention_mma.cu; registry.cpp: head dim 512, heads a multiple of 16).
+// float: official numerics, f32 operands split into BF16 hi + lo (mma_split_bf16); bf16_t:
+// fast numerics, BF16 operands and BF16 probabilities (mma_bf16).
+template <class T>
+void sparse_attention_mma(Ctx& c, const AttnParams<T>& P, int T_tokens);
 
 }  // namespace dil::cuda

@@ -5,7 +5,9 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/tensor.h"
@@ -102,6 +104,36 @@ __device__ __forceinline__ float d_pow2_ceil(float v) {
   int exp = int((b >> 23) & 0xff) - 127;
   if (b & 0x7fffffu) exp += 1;
   return ldexpf(1.0f, exp);
+}
+
+// ---- activation storage types (backend.h: activations are f32 or bf16) ----
+// A bf16 activation is stored as its bits. Kernels are templates on the storage type of each
+// activation tensor (float | bf16_t): ld_act widens exactly, st_act rounds once (RNE, NaN
+// kept, as core/dtype.h f32_to_bf16), so an op computes on the widened f32 values exactly as
+// its f32 instantiation does and rounds each output once to its tensor's dtype.
+struct bf16_t {
+  uint16_t bits;
+};
+static_assert(sizeof(bf16_t) == 2, "bf16_t is the 16-bit storage of a bf16 value");
+__device__ __forceinline__ float ld_act(float v) { return v; }
+__device__ __forceinline__ float ld_act(bf16_t v) { return d_bf16_to_f32(v.bits); }
+__device__ __forceinline__ void st_act(float* p, float v) { *p = v; }
+__device__ __forceinline__ void st_act(bf16_t* p, float v) {
+  p->bits = uint16_t(__float_as_uint(d_round_bf16(v)) >> 16);
+}
+
+// Host side: calls f(T{}) with T the storage type of an activation tensor (float for F32,
+// bf16_t for BF16); any other dtype fails naming `what`. Nest calls for several tensors:
+//   with_act(x, "op x", [&](auto tx) { using TX = decltype(tx); kernel<TX><<<...>>>(x.ptr<TX>()); });
+template <class F>
+void with_act(const Tensor& t, const char* what, F&& f) {
+  if (t.dtype == DType::F32) f(float{});
+  else if (t.dtype == DType::BF16) f(bf16_t{});
+  else DIL_FAIL(what, ": expected an f32 or bf16 tensor, got ", dtype_name(t.dtype), " ", t.shape_str());
+}
+// The same for a tensor that must be f32 (parameters, states, f32-only activations).
+inline void check_f32(const Tensor& t, const char* what) {
+  DIL_CHECK(t.dtype == DType::F32, what, ": expected an f32 tensor, got ", dtype_name(t.dtype), " ", t.shape_str());
 }
 
 // Block-wide reductions (blockDim.x a multiple of 32, <= 1024). `red` holds 32 floats.

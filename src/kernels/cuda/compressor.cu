@@ -3,7 +3,9 @@
 // each slot read from this step's a/g rows or from the state the step started with;
 // (2) the state is rewritten to what the token-by-token recurrence leaves behind (per slot:
 // the latest token of that residue; for the overlapped ratio, the previous-window rows copied
-// at the last emission). Pass 2 runs after pass 1 on the same stream.
+// at the last emission). Pass 2 runs after pass 1 on the same stream. a, g and the state are
+// f32 (the official compressor pools in fp32); the emitted rows are an activation, f32 or bf16
+// (pass 1 is a template over their storage type, the pooled value rounded once to it).
 #include "kernels/cuda/ops.cuh"
 
 namespace dil::cuda {
@@ -12,7 +14,7 @@ namespace {
 struct CompParams {
   const float *a, *g, *ape;       // [T, C], [T, C], [m, C] or null
   float *skv, *ssc;               // [n_slots, rows, C]
-  float* out;                     // [n_emit, dc]
+  void* out;                      // [n_emit, dc] f32 | bf16
   const int32_t *q_start, *start_pos, *len, *slot;
   const int32_t *e_seq, *e_row;
   int m, rows, C, dc;
@@ -39,6 +41,7 @@ __device__ __forceinline__ void comp_fetch(const CompParams& P, int s, int q, in
   gv = P.ssc[o];
 }
 
+template <class TO>
 __global__ void comp_emit_kernel(CompParams P) {
   int e = blockIdx.x;
   int s = P.e_seq[e], w = P.e_row[e];
@@ -64,7 +67,7 @@ __global__ void comp_emit_kernel(CompParams P) {
       den += ex;
       if (ex != 0.0) acc += ex * double(av);
     }
-    P.out[int64_t(e) * P.dc + ch] = float(acc / den);
+    st_act(static_cast<TO*>(P.out) + int64_t(e) * P.dc + ch, float(acc / den));
   }
 }
 
@@ -128,12 +131,16 @@ void compressor(Ctx& c, const CompressorArgs& a, const EmitPlan& plan, const Ste
   DIL_CHECK(P.rows == (a.overlap ? 2 : 1) * a.ratio && P.rows <= 256, "compressor: state rows ", P.rows,
             " for ratio ", a.ratio);
   DIL_CHECK(a.a.size(-1) == P.C && a.state_kv.size(2) == P.C, "compressor: width ", a.a.shape_str(), " vs ", P.C);
+  check_f32(a.a, "compressor a");
+  check_f32(a.g, "compressor g");
+  check_f32(a.state_kv, "compressor state_kv");
+  check_f32(a.state_score, "compressor state_score");
   P.a = a.a.ptr<float>();
   P.g = a.g.ptr<float>();
   P.ape = a.ape.empty() ? nullptr : a.ape.ptr<float>();
   P.skv = a.state_kv.ptr<float>();
   P.ssc = a.state_score.ptr<float>();
-  P.out = a.out.empty() ? nullptr : a.out.ptr<float>();
+  P.out = a.out.empty() ? nullptr : a.out.data;
   P.q_start = m.q_start.ptr<int32_t>();
   P.start_pos = m.start_pos.ptr<int32_t>();
   P.len = m.len.ptr<int32_t>();
@@ -141,7 +148,12 @@ void compressor(Ctx& c, const CompressorArgs& a, const EmitPlan& plan, const Ste
   if (plan.n > 0) {
     P.e_seq = plan.seq.ptr<int32_t>();
     P.e_row = plan.row.ptr<int32_t>();
-    comp_emit_kernel<<<unsigned(plan.n), 128, 0, c.stream>>>(P);
+    DIL_CHECK(a.out.numel() >= int64_t(plan.n) * P.dc, "compressor: out ", a.out.shape_str(), " for ", plan.n,
+              " rows");
+    with_act(a.out, "compressor out", [&](auto to) {
+      using TO = decltype(to);
+      comp_emit_kernel<TO><<<unsigned(plan.n), 128, 0, c.stream>>>(P);
+    });
     DIL_LAUNCH_CHECK("comp_emit_kernel");
   }
   if (m.n_seqs > 0) {

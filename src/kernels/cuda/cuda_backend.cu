@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/registry.h"
 
 namespace dil {
 namespace cuda {
@@ -43,7 +44,7 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) {
+  CudaBackend(int device, const BackendOptions& o) : Backend(o) {
     int n = cuda_device_count();
     if (device < 0 || device >= n) DIL_FAIL("CUDA device ", device, " not available (", n, " visible)");
     c_.device = device;
@@ -52,17 +53,11 @@ class CudaBackend final : public Backend {
     DIL_CUBLAS(cublasLtCreate(&c_.lt));
     c_.arena = std::make_shared<cuda::Arena>(device);
     c_.lt_workspace = c_.arena->get(size_t(32) << 20);
-    const char* g = std::getenv("DIL_CUDA_GEMM");  // read once, at construction
-    c_.use_cublaslt = !(g && std::strcmp(g, "simt") == 0);
-    // DIL_CUDA_MOE=simt: routed experts on the exact SIMT kernels only (read once, here);
-    // DIL_CUDA_GEMM=simt (every GEMM on the exact kernels) implies it.
-    const char* moe = std::getenv("DIL_CUDA_MOE");
-    c_.use_moe_mma = c_.use_cublaslt && !(moe && std::strcmp(moe, "simt") == 0);
-    const char* l = std::getenv("DIL_LT_FP8_LAYOUT");
-    if (l && std::strlen(l) == 2) {
-      c_.lt_a_layout = l[0] == '1';
-      c_.lt_b_layout = l[1] == '1';
-    }
+    const std::string& l = o.lt_fp8_layout;
+    DIL_CHECK(l.size() == 2 && (l[0] == '0' || l[0] == '1') && (l[1] == '0' || l[1] == '1'),
+              "lt_fp8_layout must be two digits 0/1, got '", l, "'");
+    c_.lt_a_layout = l[0] == '1';
+    c_.lt_b_layout = l[1] == '1';
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(c_.stream);
@@ -76,9 +71,9 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::CUDA; }
   void* native_stream() override { return c_.stream; }
-  std::string name() const override {
-    return str_cat("cuda:", c_.device, c_.use_cublaslt ? "" : " (simt gemm)", c_.use_moe_mma ? "" : " (simt moe)");
-  }
+  std::string name() const override { return str_cat("cuda:", c_.device); }
+  std::string plan_name() const override { return "cuda"; }
+  const std::vector<KernelImpl>& kernels() const override { return cuda_kernel_registry(); }
 
   Buffer alloc(size_t bytes) override {
     Buffer b = c_.arena->get(bytes);
@@ -128,19 +123,17 @@ class CudaBackend final : public Backend {
   }
   void add(const Tensor& a, const Tensor& b, Tensor out) override { cuda::add(c_, a, b, out); }
   void linear(const Tensor& x, const Weight& w, int act_block, Tensor out) override {
-    cuda::linear(c_, x, w, act_block, out);
+    const int64_t rows = w.in ? x.numel() / w.in : 0;
+    cuda::linear(c_, x, w, act_block, out, impl_for(linear_site(w, act_block, x.dtype, out.dtype, numerics()), rows).name);
   }
-  void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16) override {
-    cuda::grouped_linear(c_, x, w, groups, out, split_bf16);
+  void grouped_linear(const Tensor& x, const Weight& w, int groups, Tensor out) override {
+    const OpSite s = grouped_linear_site(w, groups, x.dtype, out.dtype, numerics());
+    cuda::grouped_linear(c_, x, w, groups, out, impl_for(s, x.size(0)).name);
   }
   void rope(Tensor x, const Tensor& pos, const RopeTable& table, bool inverse) override {
     cuda::rope(c_, x, pos, table, inverse);
   }
-  void fp8_qdq(Tensor x, int cols, int block) override {
-    DIL_CHECK(x.dtype == DType::F32, "fp8_qdq: f32 only");
-    int64_t d = x.size(-1);
-    cuda::fp8_qdq(c_, x.ptr<float>(), x.numel() / d, d, cols, block);
-  }
+  void fp8_qdq(Tensor x, int cols, int block) override { cuda::fp8_qdq(c_, x, cols, block); }
   void fp4_qdq(Tensor x, int block, bool e4m3_scale) override { cuda::fp4_qdq(c_, x, block, e4m3_scale); }
   void hadamard(Tensor x) override { cuda::hadamard(c_, x); }
 
@@ -153,7 +146,12 @@ class CudaBackend final : public Backend {
   }
   void hc_expand(const Tensor& e, int n, Tensor X) override { cuda::hc_expand(c_, e, n, X); }
 
-  void sparse_attention(const AttnArgs& a, const StepMeta& m) override { cuda::sparse_attention(c_, a, m); }
+  void sparse_attention(const AttnArgs& a, const StepMeta& m) override {
+    const int K = a.comp_idx.empty() ? 0 : int(a.comp_idx.size(1));
+    const OpSite s = attention_site(int(a.q.size(1)), int(a.q.size(2)), a.comp.empty() ? 0 : a.comp_ratio, K,
+                                    a.q.dtype, numerics());
+    cuda::sparse_attention(c_, a, m, impl_for(s, a.q.size(0)).name);
+  }
   void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) override {
     cuda::ring_write(c_, kv_new, ring, m);
   }
@@ -164,10 +162,19 @@ class CudaBackend final : public Backend {
                    const StepMeta& m) override {
     cuda::paged_write(c_, rows, cache, rows_per_block, plan, m);
   }
-  void indexer_topk(const IndexerArgs& a, const StepMeta& m) override { cuda::indexer_topk(c_, a, m); }
+  void indexer_topk(const IndexerArgs& a, const StepMeta& m) override {
+    const int cand = !a.cand_out.empty() ? 1 : !a.cand_in.empty() ? 2 : 0;
+    const OpSite s = indexer_site(int(a.q.size(1)), int(a.q.size(2)), a.topk, cand, a.cand_block, a.cand_topk,
+                                  a.q.dtype, numerics());
+    cuda::indexer_topk(c_, a, m, impl_for(s, a.q.size(0)).name);
+  }
 
   void moe_route(const MoeRouteArgs& a) override { cuda::moe_route(c_, a); }
-  void moe_experts(const MoeExpertsArgs& a) override { cuda::moe_experts(c_, a); }
+  void moe_experts(const MoeExpertsArgs& a) override {
+    DIL_CHECK(a.w1 && !a.w1->empty(), "moe_experts: no experts");
+    const OpSite s = moe_experts_site((*a.w1)[0], a.act_block, a.x.dtype, a.out.dtype, numerics());
+    cuda::moe_experts(c_, a, impl_for(s, a.x.size(0)).name);
+  }
   void swiglu(const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out) override {
     cuda::swiglu(c_, g, u, w, limit, out);
   }
@@ -221,8 +228,8 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device) {
-  return std::make_unique<cuda::CudaBackend>(device);
+std::unique_ptr<Backend> make_cuda_backend(int device, const BackendOptions& o) {
+  return std::make_unique<cuda::CudaBackend>(device, o);
 }
 
 }  // namespace dil

@@ -9,7 +9,7 @@ namespace dil {
 
 // Backend on CUDA device `device` (one stream, one caching arena, one cuBLASLt handle).
 // Throws dil::Error when no such device exists.
-std::unique_ptr<Backend> make_cuda_backend(int device);
+std::unique_ptr<Backend> make_cuda_backend(int device, const BackendOptions& o = {});
 
 // Number of CUDA devices visible to this process (0 when there is no driver or no GPU);
 // used by tests to skip cleanly on machines without a GPU.

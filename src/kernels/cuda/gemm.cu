@@ -1,14 +1,23 @@
-// Dense projections. Paths, chosen per call from the weight's format:
-// - FP8 with 128x128 blocks and activation blocks of 128 (V4 official numerics): activations
-//   quantized to e4m3 with ue8m0 scales per 128 by our kernel, then cuBLASLt's block-scaled
-//   FP8 GEMM (A = weights, BLK128x128_32F scales; B = activations, VEC128_32F scales).
-// - BF16: cuBLASLt BF16 GEMM with the f32 activations split into two bf16 terms
+// Dense projections. The kernel plan chooses one path per op site and row regime (the
+// requirements are in registry.cpp). x and out are f32 or bf16 activations (backend.h); each
+// path is one template over their storage types (float | bf16_t).
+// - cublaslt_fp8: FP8 weights with 128x128 blocks and activation blocks of 128 (V4; official
+//   and fast numerics): x quantized to e4m3 with ue8m0 scales per 128 by our kernel (reading
+//   f32 or bf16), then cuBLASLt's block-scaled FP8 GEMM (A = weights, BLK128x128_32F scales;
+//   B = activations, VEC128_32F scales) writing D in out's dtype (f32 or bf16) itself.
+// - cublaslt_bf16 (fast numerics): BF16 weight x BF16 activations in one cuBLASLt BF16 GEMM,
+//   f32 accumulation, D written by cuBLASLt in out's dtype.
+// - cublaslt_bf16_split (reference / official: f32 activations): x split into two bf16 terms
 //   (hi = bf16(x), lo = bf16(x - hi)), so the result keeps ~16 mantissa bits of x where a
-//   single bf16 cast would keep 8; fp32 accumulation.
-// - other FP8 weights (V4.1's 32x32 blocks; wo_a, whose activations are not quantized) at 64
-//   rows or more: dequantized to BF16 per call, then cuBLASLt BF16 (linear_dequant_lt).
-// - everything else (fewer rows, FP4, F32, shapes cuBLASLt rejects): the SIMT kernel of
-//   gemm_simt.cuh, after an activation QDQ when asked.
+//   single bf16 cast would keep 8; fp32 accumulation, the halves summed.
+// - dequant_bf16_lt (other FP8 weights with FP8-quantized activations: V4.1's 32x32 blocks)
+//   at 64 rows or more: the weight dequantized to BF16 per call (exact), x QDQ'd straight into
+//   BF16 (exact), one cuBLASLt BF16 GEMM writing out's dtype.
+// - grouped_linear (wo_a), per group: the weight's rows dequantized to BF16; official: f32 x
+//   split hi + lo (dequant_bf16_lt_split, two GEMMs); fast: the bf16 x read in place by one
+//   GEMM per group (dequant_bf16_lt).
+// - simt: everything else (fewer rows, FP4, F32, shapes cuBLASLt rejects): the exact SIMT
+//   kernels of gemm_simt.cuh / gemv.cuh, after an activation QDQ when asked.
 #include <cstdio>
 
 #include "kernels/cuda/gemv.cuh"
@@ -16,17 +25,20 @@
 namespace dil::cuda {
 namespace {
 
-__global__ void gemm_simt_kernel(const float* x, int64_t ldx, int64_t M, WView w, int64_t w_row0, float* out,
-                                 int64_t ldo, int64_t x_gstride, int64_t o_gstride, int64_t w_gstride) {
+template <class TX, class TO>
+__global__ void gemm_simt_kernel(const TX* x, int64_t ldx, int64_t M, WView w, int64_t w_row0, TO* out, int64_t ldo,
+                                 int64_t x_gstride, int64_t o_gstride, int64_t w_gstride) {
   int g = blockIdx.z;
   int64_t m0 = int64_t(blockIdx.y) * kBM, n0 = int64_t(blockIdx.x) * kBN;
   int64_t N = w_gstride ? w_gstride : w.n;
   gemm_tile(x + g * x_gstride, ldx, nullptr, m0, M, w, w_row0 + g * w_gstride, n0, N, w.k, out + g * o_gstride, ldo);
 }
 
-// x f32 [M, K] -> q e4m3 [Mp, K] (rows >= M zero) and scales f32 [K/128, Mp] (token-fastest,
-// the VEC128_32F layout), with the rounding of fp8_qdq: s = pow2_ceil(max(amax,1e-4)/448).
-__global__ void act_quant_kernel(const float* x, int64_t M, int64_t Mp, int64_t K, uint8_t* q, float* sc,
+// x [M, K] (f32 | bf16) -> q e4m3 [Mp, K] (rows >= M zero) and scales f32 [K/128, Mp]
+// (token-fastest, the VEC128_32F layout; [Mp, K/128] with k_fastest), with the rounding of
+// fp8_qdq: s = pow2_ceil(max(amax,1e-4)/448).
+template <class TX>
+__global__ void act_quant_kernel(const TX* x, int64_t M, int64_t Mp, int64_t K, uint8_t* q, float* sc,
                                  bool k_fastest) {
   int64_t gw = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
@@ -39,12 +51,12 @@ __global__ void act_quant_kernel(const float* x, int64_t M, int64_t Mp, int64_t 
     if (lane == 0) sc[k_fastest ? m * nb + b : b * Mp + m] = 1.0f;
     return;
   }
-  const float* xr = x + m * K + b * 128;
+  const TX* xr = x + m * K + b * 128;
   float v[4];
   float amax = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    v[i] = xr[lane + 32 * i];
+    v[i] = ld_act(xr[lane + 32 * i]);
     amax = fmaxf(amax, fabsf(v[i]));
   }
   amax = fmaxf(warp_max(amax), 1e-4f);
@@ -54,8 +66,9 @@ __global__ void act_quant_kernel(const float* x, int64_t M, int64_t Mp, int64_t 
   if (lane == 0) sc[k_fastest ? m * nb + b : b * Mp + m] = s;
 }
 
-__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const float* x, int64_t ldx, int64_t M, WView w,
-                                                            int64_t w_row0, float* out, int64_t ldo, int64_t x_gstride,
+template <class TX, class TO>
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const TX* x, int64_t ldx, int64_t M, WView w,
+                                                            int64_t w_row0, TO* out, int64_t ldo, int64_t x_gstride,
                                                             int64_t o_gstride, int64_t w_gstride) {
   int g = blockIdx.z;
   int64_t m0 = int64_t(blockIdx.y) * kGemvRows, n0 = int64_t(blockIdx.x) * kGemvThreads;
@@ -90,14 +103,25 @@ __global__ void split_bf16_kernel(const float* x, int64_t n, uint16_t* hi, uint1
   }
 }
 
-__global__ void sum_halves_kernel(const float* d, int64_t n, float* out) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = d[i] + d[n + i];
+// out[m, n] (row stride ldo) = d[m, n] + d[M + m, n] (d: [2M, N] f32, the hi and lo halves'
+// products), rounded to out's dtype.
+template <class TO>
+__global__ void sum_halves_kernel(const float* d, int64_t M, int64_t N, TO* out, int64_t ldo) {
+  const int64_t n = M * N;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / N, c = i % N;
+    st_act(out + m * ldo + c, d[i] + d[n + i]);
+  }
 }
 
-__global__ void bf16_to_f32_kernel(const uint16_t* a, int64_t n, float* out) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = d_bf16_to_f32(a[i]);
+// in [M, N] f32 (row stride ld_in) -> out [M, N] (row stride ld_out), rounded to out's dtype.
+template <class TO>
+__global__ void convert_rows_kernel(const float* in, int64_t ld_in, TO* out, int64_t ld_out, int64_t M, int64_t N) {
+  const int64_t n = M * N;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / N, c = i % N;
+    st_act(out + m * ld_out + c, in[m * ld_in + c]);
+  }
 }
 
 // FP8 block-scaled weight rows [n0, n0 + rows) -> BF16 [rows, K]: e4m3 * 2^(e8m0 - 127) is exact
@@ -111,13 +135,23 @@ __global__ void dequant_fp8_bf16_kernel(WView w, int64_t n0, int64_t rows, uint1
     out[i] = uint16_t(__float_as_uint(v) >> 16);
   }
 }
-// f32 -> BF16 for values known to be exact in BF16 (FP8-QDQ'd activations).
-__global__ void f32_to_bf16_exact_kernel(const float* x, int64_t n, uint16_t* out) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = uint16_t(__float_as_uint(x[i]) >> 16);
+
+void lt_declined(Ctx& c, const std::string& impl, int64_t rows, const Weight& w) {
+  if (!c.lt_declined) std::fprintf(stderr, "dil cuda: cuBLASLt declined %s at %lld rows x [%lld x %lld]; the SIMT GEMM ran "
+                                    "(reported once per process)\n", impl.c_str(), (long long)rows, (long long)w.out,
+                                    (long long)w.in);
+  c.lt_declined = true;
 }
 
 unsigned stride_grid(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)); }
+
+template <class T>
+constexpr bool is_bf16 = std::is_same_v<T, bf16_t>;
+// cuBLASLt's type of an activation storage type.
+template <class T>
+cudaDataType_t lt_type() {
+  return is_bf16<T> ? CUDA_R_16BF : CUDA_R_32F;
+}
 
 // RAII holders for cuBLASLt descriptors.
 struct LtDescs {
@@ -171,155 +205,206 @@ bool lt_matmul(Ctx& c, cudaDataType_t ab_type, cudaDataType_t d_type, const void
   return true;
 }
 
-void warn_once(bool& flag, const char* what) {
-  if (!flag) std::fprintf(stderr, "dil cuda: %s; using the SIMT GEMM\n", what);
-  flag = true;
-}
-
-// Per-context memory of rejected cuBLASLt configurations is not needed for correctness; the
-// flags below only keep the warning to one line per process.
-bool linear_fp8_lt(Ctx& c, const Tensor& x, const Weight& w, Tensor out) {
-  int64_t M = x.numel() / w.in, N = w.out, K = w.in;
-  int64_t Mp = (M + 15) / 16 * 16;
-  int64_t nbk = K / 128, nbo = N / 128;
-  int64_t n_ws = (nbk + 3) / 4 * 4 * ((nbo + 3) / 4 * 4);
-  Buffer q = c.scratch(size_t(Mp * K));
-  Buffer xs = c.scratch(size_t(nbk * Mp) * 4);
-  Buffer ws = c.scratch(size_t(n_ws) * 4);
-  act_quant_kernel<<<grid_for(Mp * nbk * 32, 256), 256, 0, c.stream>>>(x.ptr<float>(), M, Mp, K,
-                                                                       static_cast<uint8_t*>(q.data()),
-                                                                       static_cast<float*>(xs.data()),
-                                                                       c.lt_b_layout == 1);
+// cublaslt_fp8. x [M, K] -> out [M, N], both packed.
+template <class TX, class TO>
+bool linear_fp8_lt(Ctx& c, const TX* x, int64_t M, const Weight& w, TO* out) {
+  const int64_t N = w.out, K = w.in;
+  const int64_t Mp = (M + 15) / 16 * 16;  // cuBLASLt's block-scaled FP8 takes tokens in multiples of 16
+  const int64_t nbk = K / 128, nbo = N / 128;
+  const int64_t n_ws = (nbk + 3) / 4 * 4 * ((nbo + 3) / 4 * 4);
+  Buffer q = c.scratch(size_t(Mp * K));           // [Mp, K] e4m3
+  Buffer xs = c.scratch(size_t(nbk * Mp) * 4);    // activation scales, f32
+  Buffer ws = c.scratch(size_t(n_ws) * 4);        // weight scales, f32
+  act_quant_kernel<TX><<<grid_for(Mp * nbk * 32, 256), 256, 0, c.stream>>>(x, M, Mp, K, static_cast<uint8_t*>(q.data()),
+                                                                           static_cast<float*>(xs.data()),
+                                                                           c.lt_b_layout == 1);
   DIL_LAUNCH_CHECK("act_quant_kernel");
   weight_scale_kernel<<<grid_for(n_ws, 256), 256, 0, c.stream>>>(w.scale.ptr<uint8_t>(), nbo, nbk,
                                                                  c.lt_a_layout == 1, static_cast<float*>(ws.data()));
   DIL_LAUNCH_CHECK("weight_scale_kernel");
-  Buffer d = c.scratch(size_t(Mp * N) * 4);
-  if (lt_matmul(c, CUDA_R_8F_E4M3, CUDA_R_32F, w.w.data, q.data(), d.data(), N, Mp, K,
-                static_cast<float*>(ws.data()), static_cast<float*>(xs.data()))) {
-    DIL_CUDA(cudaMemcpyAsync(out.data, d.data(), size_t(M * N) * 4, cudaMemcpyDeviceToDevice, c.stream));
-    return true;
+  auto gemm = [&](cudaDataType_t dt, void* D) {
+    return lt_matmul(c, CUDA_R_8F_E4M3, dt, w.w.data, q.data(), D, N, Mp, K, static_cast<float*>(ws.data()),
+                     static_cast<float*>(xs.data()));
+  };
+  // D in out's dtype, written by cuBLASLt: into out itself when there are no padding tokens,
+  // else into scratch and the first M rows copied.
+  if (Mp == M) {
+    if (gemm(lt_type<TO>(), out)) return true;
+  } else {
+    Buffer d = c.scratch(size_t(Mp * N) * sizeof(TO));  // [Mp, N]
+    if (gemm(lt_type<TO>(), d.data())) {
+      DIL_CUDA(cudaMemcpyAsync(out, d.data(), size_t(M * N) * sizeof(TO), cudaMemcpyDeviceToDevice, c.stream));
+      return true;
+    }
   }
-  // Hopper's block-scaled FP8 kernels may only write bf16: take that, then widen.
-  if (lt_matmul(c, CUDA_R_8F_E4M3, CUDA_R_16BF, w.w.data, q.data(), d.data(), N, Mp, K,
-                static_cast<float*>(ws.data()), static_cast<float*>(xs.data()))) {
-    bf16_to_f32_kernel<<<stride_grid(M * N), 256, 0, c.stream>>>(static_cast<uint16_t*>(d.data()), M * N,
-                                                                out.ptr<float>());
-    DIL_LAUNCH_CHECK("bf16_to_f32_kernel");
-    return true;
-  }
-  return false;
+  // cuBLASLt declined out's dtype; Hopper's block-scaled FP8 kernels may write only one of
+  // them: take the other and convert (bf16 widened exactly for an f32 out, f32 rounded once
+  // for a bf16 out).
+  using Other = std::conditional_t<is_bf16<TO>, float, bf16_t>;
+  Buffer d = c.scratch(size_t(Mp * N) * sizeof(Other));  // [Mp, N]
+  if (!gemm(lt_type<Other>(), d.data())) return false;
+  convert(c, static_cast<const Other*>(d.data()), out, M * N);
+  return true;
 }
 
-bool linear_bf16_lt(Ctx& c, const Tensor& x, const Weight& w, Tensor out) {
-  int64_t M = x.numel() / w.in, N = w.out, K = w.in;
-  Buffer xs = c.scratch(size_t(2 * M * K) * 2);
+// cublaslt_bf16: x [M, K] bf16, a BF16 weight; out [M, N] written by cuBLASLt in its dtype.
+template <class TO>
+bool linear_bf16_lt(Ctx& c, const bf16_t* x, int64_t M, const Weight& w, TO* out) {
+  return lt_matmul(c, CUDA_R_16BF, lt_type<TO>(), w.w.data, x, out, w.out, M, w.in, nullptr, nullptr);
+}
+
+// cublaslt_bf16_split: x [M, K] f32 split into hi + lo BF16 rows, one GEMM over both.
+template <class TO>
+bool linear_bf16_split_lt(Ctx& c, const float* x, int64_t M, const Weight& w, TO* out) {
+  const int64_t N = w.out, K = w.in;
+  Buffer xs = c.scratch(size_t(2 * M * K) * 2);  // [2M, K] bf16: hi rows, then lo rows
   uint16_t* hi = static_cast<uint16_t*>(xs.data());
-  split_bf16_kernel<<<stride_grid(M * K), 256, 0, c.stream>>>(x.ptr<float>(), M * K, hi, hi + M * K);
+  split_bf16_kernel<<<stride_grid(M * K), 256, 0, c.stream>>>(x, M * K, hi, hi + M * K);
   DIL_LAUNCH_CHECK("split_bf16_kernel");
-  Buffer d = c.scratch(size_t(2 * M * N) * 4);
+  Buffer d = c.scratch(size_t(2 * M * N) * 4);  // [2M, N] f32
   if (!lt_matmul(c, CUDA_R_16BF, CUDA_R_32F, w.w.data, hi, d.data(), N, 2 * M, K, nullptr, nullptr)) return false;
-  sum_halves_kernel<<<stride_grid(M * N), 256, 0, c.stream>>>(static_cast<float*>(d.data()), M * N,
-                                                              out.ptr<float>());
+  sum_halves_kernel<TO><<<stride_grid(M * N), 256, 0, c.stream>>>(static_cast<float*>(d.data()), M, N, out, N);
   DIL_LAUNCH_CHECK("sum_halves_kernel");
   return true;
 }
 
-// FP8 weights cuBLASLt cannot scale (V4.1's 32x32 blocks; activations not quantized, as wo_a)
-// at prefill sizes: the weight (rows [w_row0, w_row0 + N)) dequantized once per call into a
-// BF16 scratch (exact), then cuBLASLt BF16 with f32 accumulation. FP8-QDQ'd activations
-// (quant) are exact in BF16: one GEMM; others are split into hi + lo BF16 terms, a second
-// GEMM accumulating into the same output (beta 1), ~2^-17 per activation as the BF16 path.
+// How linear_dequant_lt feeds the activations to the BF16 GEMM.
+enum class Feed {
+  Quant,   // FP8-QDQ'd (per act_block) straight into BF16: exact, one GEMM
+  Split,   // f32 split into hi + lo BF16 terms: two GEMMs accumulating (~2^-17 per activation)
+  Direct,  // bf16 activations read in place: one GEMM
+};
+
+// FP8 weights cuBLASLt cannot scale (V4.1's 32x32 blocks; wo_a, whose activations are not
+// quantized) at prefill sizes: the weight rows [w_row0, w_row0 + N) dequantized once per call
+// into a BF16 scratch (exact), then cuBLASLt BF16 with f32 accumulation writing out's dtype.
 // x [M, K] with row stride ldx; out [M, N] with row stride ldo.
-bool linear_dequant_lt(Ctx& c, const float* x, int64_t ldx, int64_t M, const Weight& w, int64_t w_row0, int64_t N,
-                       bool quant, int act_block, float* out, int64_t ldo) {
+template <class TX, class TO>
+bool linear_dequant_lt(Ctx& c, const TX* x, int64_t ldx, int64_t M, const Weight& w, int64_t w_row0, int64_t N,
+                       Feed feed, int act_block, TO* out, int64_t ldo) {
   const int64_t K = w.in;
-  Buffer wb = c.scratch(size_t(N * K) * 2);
+  Buffer wb = c.scratch(size_t(N * K) * 2);  // [N, K] bf16
   dequant_fp8_bf16_kernel<<<stride_grid(N * K), 256, 0, c.stream>>>(make_wview(w), w_row0, N,
                                                                     static_cast<uint16_t*>(wb.data()));
   DIL_LAUNCH_CHECK("dequant_fp8_bf16_kernel");
-  // Activations packed [M, K] (or [2M, K]: hi rows then lo rows).
-  Buffer xb = c.scratch(size_t((quant ? 1 : 2) * M * K) * 2);
-  uint16_t* xh = static_cast<uint16_t*>(xb.data());
-  Buffer xq;
-  if (quant) {
-    xq = c.scratch(size_t(M * K) * 4);
-    DIL_CUDA(cudaMemcpy2DAsync(xq.data(), size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, size_t(M),
-                               cudaMemcpyDeviceToDevice, c.stream));
-    fp8_qdq(c, static_cast<float*>(xq.data()), M, K, int(K), act_block);
-    f32_to_bf16_exact_kernel<<<stride_grid(M * K), 256, 0, c.stream>>>(static_cast<float*>(xq.data()), M * K, xh);
-    DIL_LAUNCH_CHECK("f32_to_bf16_exact_kernel");
-  } else {
-    xq = c.scratch(size_t(M * K) * 4);
-    DIL_CUDA(cudaMemcpy2DAsync(xq.data(), size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, size_t(M),
-                               cudaMemcpyDeviceToDevice, c.stream));
-    split_bf16_kernel<<<stride_grid(M * K), 256, 0, c.stream>>>(static_cast<float*>(xq.data()), M * K, xh, xh + M * K);
-    DIL_LAUNCH_CHECK("split_bf16_kernel");
+  const cudaDataType_t dt = lt_type<TO>();
+  if (feed == Feed::Quant) {
+    Buffer xb = c.scratch(size_t(M * K) * 2);  // [M, K] bf16, QDQ'd (exact)
+    bf16_t* xq = static_cast<bf16_t*>(xb.data());
+    fp8_qdq(c, x, ldx, xq, K, M, int(K), act_block);
+    return lt_matmul(c, CUDA_R_16BF, dt, wb.data(), xq, out, N, M, K, nullptr, nullptr, K, ldo, 0.f);
   }
-  if (!lt_matmul(c, CUDA_R_16BF, CUDA_R_32F, wb.data(), xh, out, N, M, K, nullptr, nullptr, K, ldo, 0.f)) return false;
-  if (!quant && !lt_matmul(c, CUDA_R_16BF, CUDA_R_32F, wb.data(), xh + M * K, out, N, M, K, nullptr, nullptr, K, ldo,
-                           1.f))
-    return false;
-  return true;
+  if (feed == Feed::Direct) {
+    DIL_CHECK(is_bf16<TX>, "linear_dequant_lt: only bf16 activations are read in place");
+    return lt_matmul(c, CUDA_R_16BF, dt, wb.data(), x, out, N, M, K, nullptr, nullptr, ldx, ldo, 0.f);
+  }
+  if constexpr (std::is_same_v<TX, float>) {
+    // Split: hi rows then lo rows [2M, K] bf16; the second GEMM accumulates into the first's D.
+    Buffer xp = c.scratch(size_t(M * K) * 4);  // [M, K] f32, packed
+    DIL_CUDA(cudaMemcpy2DAsync(xp.data(), size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, size_t(M),
+                               cudaMemcpyDeviceToDevice, c.stream));
+    Buffer xb = c.scratch(size_t(2 * M * K) * 2);
+    uint16_t* xh = static_cast<uint16_t*>(xb.data());
+    split_bf16_kernel<<<stride_grid(M * K), 256, 0, c.stream>>>(static_cast<float*>(xp.data()), M * K, xh, xh + M * K);
+    DIL_LAUNCH_CHECK("split_bf16_kernel");
+    float* d = reinterpret_cast<float*>(out);
+    int64_t ldd = ldo;
+    Buffer db;
+    if (is_bf16<TO>) {  // the two halves meet in f32, rounded once
+      db = c.scratch(size_t(M * N) * 4);
+      d = static_cast<float*>(db.data());
+      ldd = N;
+    }
+    if (!lt_matmul(c, CUDA_R_16BF, CUDA_R_32F, wb.data(), xh, d, N, M, K, nullptr, nullptr, K, ldd, 0.f)) return false;
+    if (!lt_matmul(c, CUDA_R_16BF, CUDA_R_32F, wb.data(), xh + M * K, d, N, M, K, nullptr, nullptr, K, ldd, 1.f))
+      return false;
+    if (is_bf16<TO>) {
+      convert_rows_kernel<TO><<<stride_grid(M * N), 256, 0, c.stream>>>(d, ldd, out, ldo, M, N);
+      DIL_LAUNCH_CHECK("convert_rows_kernel");
+    }
+    return true;
+  } else {
+    DIL_FAIL("linear_dequant_lt: the hi + lo split takes f32 activations");
+  }
 }
 
-// Rows from which the dequantize-then-BF16 path beats the SIMT kernel: the dequantization
-// writes 2 bytes per weight, amortised over the rows' 2*M FLOPs per weight.
-constexpr int64_t kDequantMinRows = 64;
+template <class TX, class TO>
+void linear_typed(Ctx& c, const TX* x, int64_t M, const Weight& w, int act_block, TO* out, const std::string& impl) {
+  const bool quant = act_block > 0 && (w.kind == Weight::Kind::FP8 || w.kind == Weight::Kind::FP4);
+  // The plan chose `impl` at load from the weight's format (registry.cpp). cuBLASLt's heuristic
+  // may still decline a row count at run time: then the exact SIMT kernel runs and stderr says
+  // so once per process (Ctx::lt_declined), so a benchmark cannot hide it.
+  bool ran = false;
+  if (impl == "cublaslt_fp8") {
+    ran = linear_fp8_lt(c, x, M, w, out);
+  } else if (impl == "cublaslt_bf16") {
+    DIL_CHECK(is_bf16<TX> && w.kind == Weight::Kind::BF16, "linear cublaslt_bf16: a BF16 weight and bf16 activations");
+    if constexpr (is_bf16<TX>) ran = linear_bf16_lt(c, x, M, w, out);
+  } else if (impl == "cublaslt_bf16_split") {
+    DIL_CHECK((std::is_same_v<TX, float>), "linear cublaslt_bf16_split: f32 activations");
+    if constexpr (std::is_same_v<TX, float>) ran = linear_bf16_split_lt(c, x, M, w, out);
+  } else if (impl == "dequant_bf16_lt") {
+    const Feed feed = quant ? Feed::Quant : is_bf16<TX> ? Feed::Direct : Feed::Split;
+    ran = linear_dequant_lt(c, x, w.in, M, w, 0, w.out, feed, act_block, out, w.out);
+  } else {
+    DIL_CHECK(impl == "simt", "linear: implementation '", impl, "' has no launcher");
+  }
+  if (ran) return;
+  if (impl != "simt") lt_declined(c, impl, M, w);
+  if (quant) {  // activation QDQ into f32 (same numerics as the FP8 GEMM's on-the-fly quantization)
+    Buffer xq = c.scratch(size_t(M * w.in) * 4);  // [M, K] f32
+    float* xf = static_cast<float*>(xq.data());
+    fp8_qdq(c, x, w.in, xf, w.in, M, int(w.in), act_block);
+    gemm_simt(c, static_cast<const float*>(xf), w.in, M, make_wview(w), 0, out, w.out, 1, 0, 0, 0);
+    return;
+  }
+  gemm_simt(c, x, w.in, M, make_wview(w), 0, out, w.out, 1, 0, 0, 0);
+}
 
 }  // namespace
 
-void gemm_simt(Ctx& c, const float* x, int64_t ldx, int64_t m, const WView& w, int64_t w_row0, float* out,
-               int64_t ldo, int groups, int64_t x_gstride, int64_t o_gstride, int64_t w_gstride) {
+template <class TX, class TO>
+void gemm_simt(Ctx& c, const TX* x, int64_t ldx, int64_t m, const WView& w, int64_t w_row0, TO* out, int64_t ldo,
+               int groups, int64_t x_gstride, int64_t o_gstride, int64_t w_gstride) {
   int64_t N = w_gstride ? w_gstride : w.n;
   if (m == 0 || N == 0) return;
   if (m <= 4 * kGemvRows) {  // decode-sized: each weight read once per 4 rows
     dim3 g(unsigned(ceil_div(N, kGemvThreads)), unsigned(ceil_div(m, kGemvRows)), unsigned(groups));
-    gemv_kernel<<<g, kGemvThreads, 0, c.stream>>>(x, ldx, m, w, w_row0, out, ldo, x_gstride, o_gstride, w_gstride);
+    gemv_kernel<TX, TO><<<g, kGemvThreads, 0, c.stream>>>(x, ldx, m, w, w_row0, out, ldo, x_gstride, o_gstride,
+                                                          w_gstride);
     DIL_LAUNCH_CHECK("gemv_kernel");
     return;
   }
   dim3 grid(unsigned(ceil_div(N, kBN)), unsigned(ceil_div(m, kBM)), unsigned(groups));
-  gemm_simt_kernel<<<grid, kGemmThreads, 0, c.stream>>>(x, ldx, m, w, w_row0, out, ldo, x_gstride, o_gstride,
-                                                        w_gstride);
+  gemm_simt_kernel<TX, TO><<<grid, kGemmThreads, 0, c.stream>>>(x, ldx, m, w, w_row0, out, ldo, x_gstride, o_gstride,
+                                                                w_gstride);
   DIL_LAUNCH_CHECK("gemm_simt_kernel");
 }
+template void gemm_simt<float, float>(Ctx&, const float*, int64_t, int64_t, const WView&, int64_t, float*, int64_t,
+                                      int, int64_t, int64_t, int64_t);
+template void gemm_simt<bf16_t, float>(Ctx&, const bf16_t*, int64_t, int64_t, const WView&, int64_t, float*, int64_t,
+                                       int, int64_t, int64_t, int64_t);
+template void gemm_simt<float, bf16_t>(Ctx&, const float*, int64_t, int64_t, const WView&, int64_t, bf16_t*, int64_t,
+                                       int, int64_t, int64_t, int64_t);
+template void gemm_simt<bf16_t, bf16_t>(Ctx&, const bf16_t*, int64_t, int64_t, const WView&, int64_t, bf16_t*,
+                                        int64_t, int, int64_t, int64_t, int64_t);
 
-void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out) {
-  DIL_CHECK(x.dtype == DType::F32 && out.dtype == DType::F32, "linear: f32 activations");
+void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out, const std::string& impl) {
   DIL_CHECK(x.size(-1) == w.in, "linear: x ", x.shape_str(), " vs weight in ", w.in);
   int64_t M = x.numel() / w.in;
   DIL_CHECK(out.numel() == M * w.out, "linear: out ", out.shape_str(), " vs ", M, "x", w.out);
   if (M == 0) return;
-  const bool quant = act_block > 0 && (w.kind == Weight::Kind::FP8 || w.kind == Weight::Kind::FP4);
   static_assert(sizeof(WView) < 4096, "WView is passed by value");
-  if (c.use_cublaslt) {
-    if (quant && act_block == 128 && w.kind == Weight::Kind::FP8 && w.block_out == 128 && w.block_in == 128 &&
-        w.out % 128 == 0 && w.in % 128 == 0) {
-      if (linear_fp8_lt(c, x, w, out)) return;
-      warn_once(c.warned_fp8, "cuBLASLt has no block-scaled FP8 algorithm for this shape");
-    } else if (w.kind == Weight::Kind::BF16 && w.in % 8 == 0 && w.out % 8 == 0) {
-      if (linear_bf16_lt(c, x, w, out)) return;
-      warn_once(c.warned_bf16, "cuBLASLt has no BF16 algorithm for this shape");
-    } else if (quant && w.kind == Weight::Kind::FP8 && M >= kDequantMinRows && w.in % 8 == 0 && w.out % 8 == 0) {
-      // Only with FP8-QDQ'd activations (official numerics): exact BF16 operands, so reference
-      // numerics keep the exact SIMT path.
-      if (linear_dequant_lt(c, x.ptr<float>(), w.in, M, w, 0, w.out, quant, act_block, out.ptr<float>(), w.out)) return;
-      warn_once(c.warned_bf16, "cuBLASLt has no BF16 algorithm for this shape");
-    }
-  }
-  const float* xin = x.ptr<float>();
-  Buffer xq;
-  if (quant) {  // activation QDQ (same numerics as the FP8 GEMM's on-the-fly quantization)
-    xq = c.scratch(size_t(M * w.in) * 4);
-    DIL_CUDA(cudaMemcpyAsync(xq.data(), xin, size_t(M * w.in) * 4, cudaMemcpyDeviceToDevice, c.stream));
-    fp8_qdq(c, static_cast<float*>(xq.data()), M, w.in, int(w.in), act_block);
-    xin = static_cast<float*>(xq.data());
-  }
-  gemm_simt(c, xin, w.in, M, make_wview(w), 0, out.ptr<float>(), w.out, 1, 0, 0, 0);
+  with_act(x, "linear x", [&](auto tx) {
+    using TX = decltype(tx);
+    with_act(out, "linear out", [&](auto to) {
+      using TO = decltype(to);
+      linear_typed(c, x.ptr<const TX>(), M, w, act_block, out.ptr<TO>(), impl);
+    });
+  });
 }
 
-void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16) {
+void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, const std::string& impl) {
   // x [T, G, K], W [G*N, K], out [T, G, N]
   int64_t K = w.in, N = w.out / groups;
   DIL_CHECK(w.out % groups == 0, "grouped_linear: ", w.out, " rows not divisible by ", groups);
@@ -327,16 +412,35 @@ void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor
   DIL_CHECK(x.numel() == T * groups * K && out.numel() == T * groups * N, "grouped_linear: shapes ",
             x.shape_str(), " ", out.shape_str());
   if (T == 0) return;
-  if (split_bf16 && c.use_cublaslt && w.kind == Weight::Kind::FP8 && T >= kDequantMinRows && K % 8 == 0 &&
-      N % 8 == 0) {
-    bool ok = true;
-    for (int g = 0; g < groups && ok; ++g)
-      ok = linear_dequant_lt(c, x.ptr<float>() + g * K, int64_t(groups) * K, T, w, g * N, N, false, 0,
-                             out.ptr<float>() + g * N, int64_t(groups) * N);
-    if (ok) return;
-    warn_once(c.warned_bf16, "cuBLASLt has no BF16 algorithm for this shape");
-  }
-  gemm_simt(c, x.ptr<float>(), groups * K, T, make_wview(w), 0, out.ptr<float>(), groups * N, groups, K, N, N);
+  with_act(x, "grouped_linear x", [&](auto tx) {
+    using TX = decltype(tx);
+    with_act(out, "grouped_linear out", [&](auto to) {
+      using TO = decltype(to);
+      const TX* xp = x.ptr<const TX>();
+      TO* op = out.ptr<TO>();
+      const int64_t ldx = int64_t(groups) * K, ldo = int64_t(groups) * N;
+      bool lt = false;
+      Feed feed = Feed::Split;
+      if (impl == "dequant_bf16_lt_split") {  // official: f32 inputs, hi + lo
+        DIL_CHECK((std::is_same_v<TX, float>), "grouped_linear dequant_bf16_lt_split: f32 activations");
+        lt = true;
+      } else if (impl == "dequant_bf16_lt") {  // fast: the bf16 inputs read in place, one GEMM per group
+        DIL_CHECK(is_bf16<TX>, "grouped_linear dequant_bf16_lt: bf16 activations");
+        lt = true;
+        feed = Feed::Direct;
+      } else {
+        DIL_CHECK(impl == "simt", "grouped_linear: implementation '", impl, "' has no launcher");
+      }
+      if (lt) {
+        bool ok = true;
+        for (int g = 0; g < groups && ok; ++g)
+          ok = linear_dequant_lt(c, xp + g * K, ldx, T, w, g * N, N, feed, 0, op + g * N, ldo);
+        if (ok) return;
+        lt_declined(c, impl, T, w);
+      }
+      gemm_simt(c, xp, ldx, T, make_wview(w), 0, op, ldo, groups, K, N, N);
+    });
+  });
 }
 
 }  // namespace dil::cuda

@@ -28,9 +28,11 @@ __device__ __forceinline__ float wdecode(const WView& w, int64_t n, int64_t k) {
 
 // One 64x64 output tile. Rows m0.. of X (row m at x + row_of(m) * ldx), weight rows
 // w_row0 + n0.. ; writes out rows (out + m * ldo). `rows` (nullable) gathers X rows.
-__device__ __forceinline__ void gemm_tile(const float* __restrict__ x, int64_t ldx, const int32_t* rows,
+// TX, TO: float | bf16_t activations (widened when staged; the f32 result rounded once more).
+template <class TX, class TO>
+__device__ __forceinline__ void gemm_tile(const TX* __restrict__ x, int64_t ldx, const int32_t* rows,
                                           int64_t m0, int64_t m_end, const WView& w, int64_t w_row0,
-                                          int64_t n0, int64_t n_end, int64_t K, float* __restrict__ out,
+                                          int64_t n0, int64_t n_end, int64_t K, TO* __restrict__ out,
                                           int64_t ldo) {
   __shared__ float As[kBK][kBM + 4];
   __shared__ float Ws[kBK][kBN + 4];
@@ -44,7 +46,7 @@ __device__ __forceinline__ void gemm_tile(const float* __restrict__ x, int64_t l
       float v = 0.f;
       if (m < m_end && k < K) {
         int64_t r = rows ? rows[m] : m;
-        v = x[r * ldx + k];
+        v = ld_act(x[r * ldx + k]);
       }
       As[kk][mm] = v;
     }
@@ -75,7 +77,7 @@ __device__ __forceinline__ void gemm_tile(const float* __restrict__ x, int64_t l
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       int64_t n = n0 + tx * 4 + j;
-      if (n < n_end) out[m * ldo + n] = float(acc[i][j]);
+      if (n < n_end) st_act(out + m * ldo + n, float(acc[i][j]));
     }
   }
 }

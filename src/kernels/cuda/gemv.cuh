@@ -12,9 +12,11 @@ namespace dil::cuda {
 
 constexpr int kGemvRows = 4, kGemvThreads = 128, kGemvKC = 512;
 
-__device__ __forceinline__ void gemv_tile(const float* __restrict__ x, int64_t ldx, const int32_t* rows, int64_t m0,
+// TX, TO: float | bf16_t activations (widened when staged; the f32 result rounded once more).
+template <class TX, class TO>
+__device__ __forceinline__ void gemv_tile(const TX* __restrict__ x, int64_t ldx, const int32_t* rows, int64_t m0,
                                           int64_t m_end, const WView& w, int64_t w_row0, int64_t n0, int64_t n_end,
-                                          int64_t K, float* __restrict__ out, int64_t ldo) {
+                                          int64_t K, TO* __restrict__ out, int64_t ldo) {
   __shared__ float xs[kGemvRows][kGemvKC];
   const int R = int(min(int64_t(kGemvRows), m_end - m0));
   const int64_t n = n0 + threadIdx.x;
@@ -29,7 +31,7 @@ __device__ __forceinline__ void gemv_tile(const float* __restrict__ x, int64_t l
       float v = 0.f;
       if (r < R && kk < kc) {
         int64_t row = rows ? rows[m0 + r] : m0 + r;
-        v = x[row * ldx + k0 + kk];
+        v = ld_act(x[row * ldx + k0 + kk]);
       }
       xs[r][kk] = v;
     }
@@ -64,7 +66,7 @@ __device__ __forceinline__ void gemv_tile(const float* __restrict__ x, int64_t l
   if (!active) return;
 #pragma unroll
   for (int r = 0; r < kGemvRows; ++r)
-    if (r < R) out[(m0 + r) * ldo + n] = float(acc[r]);
+    if (r < R) st_act(out + (m0 + r) * ldo + n, float(acc[r]));
 }
 
 }  // namespace dil::cuda

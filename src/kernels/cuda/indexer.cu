@@ -4,8 +4,10 @@
 // 64-bit keys (order-preserving score bits << 32 | ~row), which are all distinct, so the
 // k-th largest key is found exactly in 8 passes of 8 bits, then the selected keys are
 // bitonic-sorted in shared memory.
-// Official numerics (IndexerArgs::fp4_blocks) score on BF16 tensor cores instead
-// (indexer_mma.cu), with the same bits; idx_score_kernel below is the path for arbitrary f32.
+// With quantizing numerics (the plan's mma_exact: FP4-QDQ'd q and keys) scores run on BF16 tensor cores instead
+// (indexer_mma.cu), with the same bits; idx_score_kernel below is the path for arbitrary values.
+// q, w and keys are f32 or bf16 activations (the FP64 scorer is a template over their storage
+// types; bf16 values widen exactly, so the scores are the same function of the values).
 #include <algorithm>
 
 #include "kernels/cuda/indexer_mma.cuh"
@@ -16,8 +18,11 @@ namespace {
 
 constexpr int kScoreRows = 128, kMaxQ = 8192, kMaxTopk = 2048, kTopkThreads = 1024;
 
+template <class TQ, class TW, class TK>
 struct IdxParams {
-  const float *q, *w, *keys;  // [T, Hi, di], [T, Hi], [n_blocks, rpb, di]
+  const TQ* q;                // [T, Hi, di]
+  const TW* w;                // [T, Hi]
+  const TK* keys;             // [n_blocks, rpb, di]
   const int32_t *tok_seq, *tok_pos, *block_table;
   float* scores;              // [T, n_max]
   int Hi, di, ratio, rpb, max_blocks, n_max;
@@ -27,7 +32,8 @@ struct IdxParams {
 // run in double in the reference's order (heads outer, dims inner; the library is built
 // without FMA contraction) and are rounded once, so the f32 scores equal the CPU's bit for
 // bit and the selection matches on near-ties too.
-__global__ void idx_score_kernel(IdxParams P) {
+template <class TQ, class TW, class TK>
+__global__ void idx_score_kernel(IdxParams<TQ, TW, TK> P) {
   __shared__ float qs[kMaxQ];
   __shared__ float ws[128];
   int t = blockIdx.y;
@@ -35,18 +41,18 @@ __global__ void idx_score_kernel(IdxParams P) {
   int n_vis = (p + 1) / P.ratio;
   int r0 = blockIdx.x * kScoreRows;
   if (r0 >= n_vis) return;
-  for (int i = threadIdx.x; i < P.Hi * P.di; i += blockDim.x) qs[i] = P.q[int64_t(t) * P.Hi * P.di + i];
-  for (int i = threadIdx.x; i < P.Hi; i += blockDim.x) ws[i] = P.w[int64_t(t) * P.Hi + i];
+  for (int i = threadIdx.x; i < P.Hi * P.di; i += blockDim.x) qs[i] = ld_act(P.q[int64_t(t) * P.Hi * P.di + i]);
+  for (int i = threadIdx.x; i < P.Hi; i += blockDim.x) ws[i] = ld_act(P.w[int64_t(t) * P.Hi + i]);
   __syncthreads();
   int r = r0 + threadIdx.x;
   if (r >= n_vis) return;
   int b = P.block_table[s * P.max_blocks + r / P.rpb];
-  const float* key = P.keys + (int64_t(b) * P.rpb + r % P.rpb) * P.di;
+  const TK* key = P.keys + (int64_t(b) * P.rpb + r % P.rpb) * P.di;
   double score = 0.0;
   for (int h = 0; h < P.Hi; ++h) {
     double dot = 0.0;
     const float* qh = qs + h * P.di;
-    for (int k = 0; k < P.di; ++k) dot += double(qh[k]) * double(key[k]);
+    for (int k = 0; k < P.di; ++k) dot += double(qh[k]) * double(ld_act(key[k]));
     score += double(ws[h]) * fmax(dot, 0.0);
   }
   P.scores[int64_t(t) * P.n_max + r] = float(score);
@@ -185,34 +191,51 @@ __global__ void __launch_bounds__(kTopkThreads) idx_topk_kernel(const float* sco
 
 }  // namespace
 
-void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m) {
+void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::string& impl) {
   int T = int(a.q.size(0));
   if (T == 0) return;
-  IdxParams P{};
-  P.Hi = int(a.q.size(1));
-  P.di = int(a.q.size(2));
-  DIL_CHECK(P.Hi * P.di <= kMaxQ && P.Hi <= 128, "indexer_topk: q ", a.q.shape_str());
+  const int Hi = int(a.q.size(1)), di = int(a.q.size(2));
+  DIL_CHECK(Hi * di <= kMaxQ && Hi <= 128, "indexer_topk: q ", a.q.shape_str());
+  DIL_CHECK(a.w.numel() == int64_t(T) * Hi, "indexer_topk: w ", a.w.shape_str(), " for q ", a.q.shape_str());
+  DIL_CHECK(a.keys.ndim == 3 && a.keys.size(1) == a.rows_per_block && a.keys.size(2) == di, "indexer_topk: keys ",
+            a.keys.shape_str(), " rpb ", a.rows_per_block);
   DIL_CHECK(a.topk <= kMaxTopk, "indexer_topk: topk ", a.topk, " > ", kMaxTopk);
   DIL_CHECK(a.out_idx.size(1) == a.topk, "indexer_topk: out ", a.out_idx.shape_str());
   int max_pos = 0;
   for (int32_t p : m.h_tok_pos) max_pos = std::max(max_pos, int(p));
-  P.n_max = std::max(1, (max_pos + 1) / a.ratio);
-  Buffer sb = c.scratch(size_t(T) * P.n_max * 4);
-  P.q = a.q.ptr<float>();
-  P.w = a.w.ptr<float>();
-  P.keys = a.keys.ptr<float>();
-  P.tok_seq = m.tok_seq.ptr<int32_t>();
-  P.tok_pos = m.tok_pos.ptr<int32_t>();
-  P.block_table = m.block_table.ptr<int32_t>();
-  P.scores = static_cast<float*>(sb.data());
-  P.ratio = a.ratio;
-  P.rpb = a.rows_per_block;
-  P.max_blocks = m.max_blocks;
-  if (indexer_mma_supported(a)) {
-    indexer_scores_mma(c, a, m, P.n_max, P.scores);  // official numerics: tensor cores, same bits
+  const int n_max = std::max(1, (max_pos + 1) / a.ratio);
+  Buffer sb = c.scratch(size_t(T) * n_max * 4);
+  float* scores = static_cast<float*>(sb.data());  // [T, n_max]
+  const int32_t* tok_pos = m.tok_pos.ptr<int32_t>();
+  if (impl == "mma_exact") {
+    indexer_scores_mma(c, a, m, n_max, scores);  // FP4-QDQ'd inputs: tensor cores, same bits
   } else {
-    dim3 g1(unsigned(ceil_div(P.n_max, kScoreRows)), unsigned(T));
-    idx_score_kernel<<<g1, kScoreRows, 0, c.stream>>>(P);
+    DIL_CHECK(impl == "fp64", "indexer_topk: implementation '", impl, "' has no launcher");
+    with_act(a.q, "indexer q", [&](auto tq) {
+      using TQ = decltype(tq);
+      with_act(a.w, "indexer w", [&](auto tw) {
+        using TW = decltype(tw);
+        with_act(a.keys, "indexer keys", [&](auto tk) {
+          using TK = decltype(tk);
+          IdxParams<TQ, TW, TK> P{};
+          P.Hi = Hi;
+          P.di = di;
+          P.q = a.q.ptr<const TQ>();
+          P.w = a.w.ptr<const TW>();
+          P.keys = a.keys.ptr<const TK>();
+          P.tok_seq = m.tok_seq.ptr<int32_t>();
+          P.tok_pos = tok_pos;
+          P.block_table = m.block_table.ptr<int32_t>();
+          P.scores = scores;
+          P.ratio = a.ratio;
+          P.rpb = a.rows_per_block;
+          P.max_blocks = m.max_blocks;
+          P.n_max = n_max;
+          dim3 g1(unsigned(ceil_div(n_max, kScoreRows)), unsigned(T));
+          idx_score_kernel<TQ, TW, TK><<<g1, kScoreRows, 0, c.stream>>>(P);
+        });
+      });
+    });
     DIL_LAUNCH_CHECK("idx_score_kernel");
   }
   const bool cands = !a.cand_out.empty() || !a.cand_in.empty();
@@ -226,13 +249,13 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m) {
   // V4.1 candidate source: the top cand_topk blocks by block score, ascending, -1 padded.
   Buffer bb;
   if (!a.cand_out.empty()) {
-    const int cb = a.cand_block, nb_max = ceil_div(P.n_max, cb);
+    const int cb = a.cand_block, nb_max = ceil_div(n_max, cb);
     bb = c.scratch(size_t(T) * nb_max * 4);
     float* bscores = static_cast<float*>(bb.data());  // [T, nb_max]
     dim3 gb(unsigned(ceil_div(nb_max, 128)), unsigned(T));
-    idx_block_score_kernel<<<gb, 128, 0, c.stream>>>(P.scores, P.n_max, P.tok_pos, a.ratio, cb, nb_max, bscores);
+    idx_block_score_kernel<<<gb, 128, 0, c.stream>>>(scores, n_max, tok_pos, a.ratio, cb, nb_max, bscores);
     DIL_LAUNCH_CHECK("idx_block_score_kernel");
-    idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(bscores, nb_max, nullptr, P.tok_pos, a.ratio, cb,
+    idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(bscores, nb_max, nullptr, tok_pos, a.ratio, cb,
                                                                a.cand_topk, true, a.cand_out.ptr<int32_t>());
     DIL_LAUNCH_CHECK("idx_topk_kernel (candidates)");
   }
@@ -240,14 +263,14 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m) {
   Buffer mb;
   uint8_t* selectable = nullptr;  // [T, n_max] u8
   if (!a.cand_in.empty()) {
-    mb = c.scratch(size_t(T) * P.n_max);
+    mb = c.scratch(size_t(T) * n_max);
     selectable = static_cast<uint8_t*>(mb.data());
-    DIL_CUDA(cudaMemsetAsync(selectable, 0, size_t(T) * P.n_max, c.stream));
+    DIL_CUDA(cudaMemsetAsync(selectable, 0, size_t(T) * n_max, c.stream));
     idx_restrict_kernel<<<unsigned(T), 256, 0, c.stream>>>(a.cand_in.ptr<int32_t>(), a.cand_topk, a.cand_block,
-                                                           P.tok_pos, a.ratio, P.n_max, selectable);
+                                                           tok_pos, a.ratio, n_max, selectable);
     DIL_LAUNCH_CHECK("idx_restrict_kernel");
   }
-  idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(P.scores, P.n_max, selectable, P.tok_pos, a.ratio, 1,
+  idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(scores, n_max, selectable, tok_pos, a.ratio, 1,
                                                              a.topk, a.sort_ascending, a.out_idx.ptr<int32_t>());
   DIL_LAUNCH_CHECK("idx_topk_kernel");
 }

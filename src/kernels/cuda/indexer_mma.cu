@@ -1,7 +1,7 @@
 // Lightning-indexer scores on tensor cores for official numerics, bit-identical to the
 // reference (src/kernels/cpu/indexer.cpp).
 //
-// Why it can be exact: in official mode the indexer's q and keys are FP4-QDQ'd in blocks of
+// Why it can be exact: in official and fast modes the indexer's q and keys are FP4-QDQ'd in blocks of
 // 32 dims (e2m1 value times a power-of-two scale, model-spec §3.7, §4.3). Such values are
 // exact in BF16, so a BF16 MMA forms every product q_c * k_c exactly, and within one 32-dim
 // block all products are multiples of g = s_q*s_k/4 bounded by 36*s_q*s_k, so the block's
@@ -16,6 +16,10 @@
 // its candidate blocks, the only ones its top-k can select. Warp w owns the 16-head m-tile w % MT (MT =
 // heads/16, q fragments held in registers for the whole tile) and the key n-tiles
 // w / MT, w / MT + 4 / MT, ...; keys are staged in shared memory as BF16.
+//
+// Inputs are f32 or bf16 activations: f32 q and keys are rounded to BF16 (exact for FP4-QDQ'd
+// values), bf16 ones are read as they are (fast numerics: q straight from the tensor, keys
+// copied from the paged cache); the head weights w are read in their dtype.
 #include <algorithm>
 
 #include "kernels/cuda/indexer_mma.cuh"
@@ -32,7 +36,8 @@ constexpr int kMaxHeads = 64;
 
 struct MmaParams {
   const uint16_t* q;          // [T, Hi, 128] bf16
-  const float* w;             // [T, Hi]
+  const void* w;              // [T, Hi] f32 | bf16 (w_bf16)
+  bool w_bf16;
   const uint16_t* keys;       // [R, 128] bf16, sequence s's rows at key_off[s]
   const int64_t* key_off;     // [n_seqs]
   const int32_t *tok_seq, *tok_pos;
@@ -44,15 +49,20 @@ struct MmaParams {
   int cand_topk, cand_block;
 };
 
-// f32 -> bf16 (round to nearest even; exact for FP4-QDQ'd values), n elements.
-__global__ void to_bf16_kernel(const float* in, uint16_t* out, int64_t n) {
-  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = bf16_bits(in[i]);
+// Four consecutive values of a key row as BF16 bits: f32 rounded (exact for FP4-QDQ'd values),
+// bf16 copied.
+__device__ __forceinline__ ushort4 bf16x4(const float* row, int lane) {
+  const float4 v = reinterpret_cast<const float4*>(row)[lane];
+  return make_ushort4(bf16_bits(v.x), bf16_bits(v.y), bf16_bits(v.z), bf16_bits(v.w));
+}
+__device__ __forceinline__ ushort4 bf16x4(const bf16_t* row, int lane) {
+  return reinterpret_cast<const ushort4*>(row)[lane];
 }
 
 // Keys of the step's sequences, gathered from the paged cache into one dense bf16 array:
 // sequence s's rows [0, n_rows_s) at key_off[s]. grid (row tiles, n_seqs), one warp per row.
-__global__ void gather_keys_kernel(const float* cache, int rpb, const int32_t* block_table, int max_blocks,
+template <class TK>
+__global__ void gather_keys_kernel(const TK* cache, int rpb, const int32_t* block_table, int max_blocks,
                                    const int32_t* start_pos, const int32_t* len, int ratio, const int64_t* key_off,
                                    uint16_t* keys) {
   int s = blockIdx.y;
@@ -60,9 +70,7 @@ __global__ void gather_keys_kernel(const float* cache, int rpb, const int32_t* b
   int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (r >= n_rows) return;
   int b = block_table[s * max_blocks + r / rpb];
-  const float4 v = reinterpret_cast<const float4*>(cache + (int64_t(b) * rpb + r % rpb) * kDi)[lane];
-  ushort4 o = make_ushort4(bf16_bits(v.x), bf16_bits(v.y), bf16_bits(v.z), bf16_bits(v.w));
-  reinterpret_cast<ushort4*>(keys + (key_off[s] + r) * kDi)[lane] = o;
+  reinterpret_cast<ushort4*>(keys + (key_off[s] + r) * kDi)[lane] = bf16x4(cache + (int64_t(b) * rpb + r % rpb) * kDi, lane);
 }
 
 template <int MT>
@@ -100,7 +108,12 @@ __global__ void __launch_bounds__(kWarps * 32) idx_score_mma_kernel(MmaParams P)
     if (row_of[r] >= 0) v = reinterpret_cast<const uint4*>(kg + int64_t(row_of[r]) * kDi)[c];
     *reinterpret_cast<uint4*>(ks + r * kKeyStride + c * 8) = v;
   }
-  for (int h = threadIdx.x; h < Hp; h += blockDim.x) ws[h] = h < P.Hi ? P.w[int64_t(t) * P.Hi + h] : 0.f;
+  for (int h = threadIdx.x; h < Hp; h += blockDim.x) {
+    const int64_t i = int64_t(t) * P.Hi + h;
+    ws[h] = h >= P.Hi ? 0.f
+            : P.w_bf16 ? d_bf16_to_f32(static_cast<const uint16_t*>(P.w)[i])
+                       : static_cast<const float*>(P.w)[i];
+  }
 
   // This warp's q fragments: m-tile mt (heads mt*16 ..), 8 k-steps of 16 dims, m16n8k16 A layout.
   const int mt = warp % MT;
@@ -177,21 +190,32 @@ void launch_scores(Ctx& c, const MmaParams& P, int T) {
 
 }  // namespace
 
-bool indexer_mma_supported(const IndexerArgs& a) {
+// The shapes the kernel has (registry.cpp "mma_exact" states the same): head dim kDi, and
+// MT = Hi/16 m-tiles dividing the CTA's warps (V4: 64 heads, V4.1: 32, fixtures: 16).
+bool indexer_mma_shape(const IndexerArgs& a) {
   const int64_t Hi = a.q.size(1), di = a.q.size(2);
-  // MT = Hi/16 m-tiles must divide the CTA's warps (V4: 64 heads, V4.1: 32, fixtures: 16).
-  return a.fp4_blocks && di == kDi && (Hi == 16 || Hi == 32 || Hi == kMaxHeads);
+  return di == kDi && (Hi == 16 || Hi == 32 || Hi == kMaxHeads);
 }
 
 void indexer_scores_mma(Ctx& c, const IndexerArgs& a, const StepMeta& m, int n_max, float* scores) {
   const int T = int(a.q.size(0)), Hi = int(a.q.size(1));
-  DIL_CHECK(indexer_mma_supported(a), "indexer_scores_mma: unsupported q ", a.q.shape_str());
+  DIL_CHECK(indexer_mma_shape(a), "indexer_scores_mma: unsupported q ", a.q.shape_str());
   DIL_CHECK(a.keys.size(2) == kDi, "indexer_scores_mma: keys ", a.keys.shape_str());
-  // q -> bf16.
+  DIL_CHECK(a.w.dtype == DType::F32 || a.w.dtype == DType::BF16, "indexer_scores_mma: w ", dtype_name(a.w.dtype));
+  // q as BF16: bf16 read in place; f32 rounded (exact for FP4-QDQ'd values).
   const int64_t nq = int64_t(T) * Hi * kDi;
-  Buffer qb = c.scratch(size_t(nq) * 2);
-  to_bf16_kernel<<<grid_for(nq, 256), 256, 0, c.stream>>>(a.q.ptr<float>(), static_cast<uint16_t*>(qb.data()), nq);
-  DIL_LAUNCH_CHECK("to_bf16_kernel");
+  Buffer qb;
+  const uint16_t* q16 = nullptr;  // [T, Hi, 128] bf16
+  with_act(a.q, "indexer q", [&](auto tq) {
+    using TQ = decltype(tq);
+    if constexpr (std::is_same_v<TQ, bf16_t>) {
+      q16 = a.q.ptr<const uint16_t>();
+    } else {
+      qb = c.scratch(size_t(nq) * 2);
+      convert(c, a.q.ptr<const float>(), static_cast<bf16_t*>(qb.data()), nq);
+      q16 = static_cast<const uint16_t*>(qb.data());
+    }
+  });
   // Keys: each step sequence's visible rows, densely, at host-computed offsets.
   std::vector<int64_t> off(size_t(m.n_seqs));
   int64_t total = 0;
@@ -207,15 +231,20 @@ void indexer_scores_mma(Ctx& c, const IndexerArgs& a, const StepMeta& m, int n_m
   Buffer kb = c.scratch(size_t(std::max<int64_t>(total, 1)) * kDi * 2);
   if (total > 0) {
     dim3 gk(unsigned(ceil_div(max_rows, 8)), unsigned(m.n_seqs));
-    gather_keys_kernel<<<gk, 256, 0, c.stream>>>(a.keys.ptr<float>(), a.rows_per_block, m.block_table.ptr<int32_t>(),
-                                                 m.max_blocks, m.start_pos.ptr<int32_t>(), m.len.ptr<int32_t>(),
-                                                 a.ratio, static_cast<const int64_t*>(ob.data()),
-                                                 static_cast<uint16_t*>(kb.data()));
+    with_act(a.keys, "indexer keys", [&](auto tk) {
+      using TK = decltype(tk);
+      gather_keys_kernel<TK><<<gk, 256, 0, c.stream>>>(a.keys.ptr<const TK>(), a.rows_per_block,
+                                                       m.block_table.ptr<int32_t>(), m.max_blocks,
+                                                       m.start_pos.ptr<int32_t>(), m.len.ptr<int32_t>(), a.ratio,
+                                                       static_cast<const int64_t*>(ob.data()),
+                                                       static_cast<uint16_t*>(kb.data()));
+    });
     DIL_LAUNCH_CHECK("gather_keys_kernel");
   }
   MmaParams P{};
-  P.q = static_cast<const uint16_t*>(qb.data());
-  P.w = a.w.ptr<float>();
+  P.q = q16;
+  P.w = a.w.data;
+  P.w_bf16 = a.w.dtype == DType::BF16;
   P.keys = static_cast<const uint16_t*>(kb.data());
   P.key_off = static_cast<const int64_t*>(ob.data());
   P.tok_seq = m.tok_seq.ptr<int32_t>();

@@ -5,8 +5,9 @@
 
 namespace dil::cuda {
 
-// True when a.fp4_blocks is set and the shape has a kernel (head dim 128, 16/32/64 heads).
-bool indexer_mma_supported(const IndexerArgs& a);
+// True when the shape has a kernel (head dim 128, 16/32/64 heads); the kernel plan chooses the
+// path, this only double-checks what it chose.
+bool indexer_mma_shape(const IndexerArgs& a);
 // scores [T, n_max] f32: token t's visible rows [0, (pos+1)/ratio) (with cand_in: only the rows of
 // its candidate blocks, the rest unwritten), the reference's values bit
 // for bit (the rest of each row is not written).

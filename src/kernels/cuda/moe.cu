@@ -5,6 +5,10 @@
 // dequantized in shared memory; activations FP8-QDQ'd when act_block > 0, i.e. W4A8 numerics
 // as the official code has them), SwiGLU with clamps and the routing weight, and a combine
 // that sums each token's k expert outputs in k order (deterministic, no atomics on floats).
+// x and out are f32 or bf16 (backend.h); MoeExpertsArgs::round_bf16 (fast numerics) rounds g,
+// u, h and every expert output to bf16 where the official code holds them in bf16. The SIMT
+// paths read the tokens from an f32 copy (QDQ'd, or widened from bf16): a conversion into f32
+// scratch until the Hopper MoE (docs/kernels.md) replaces them.
 #include <algorithm>
 #include <cstring>
 
@@ -154,15 +158,23 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gemv_kernel(const float* x, 
   gemv_tile(x, ldx, gather, r0, r_end, experts[e], 0, int64_t(blockIdx.x) * kGemvThreads, N, K, out, ldo);
 }
 
-// h = silu(min(g, lim)) * clamp(u, -lim, lim) * route_w of the row's pair.
+// h = silu(min(g, lim)) * clamp(u, -lim, lim) * route_w of the row's pair. round_bf16 (fast
+// numerics, MoeExpertsArgs): g and u are rounded to bf16 first (the official w1 / w3 GEMMs write
+// bf16) and h after (w2's bf16 input), as the reference does.
 __global__ void moe_swiglu_kernel(const float* g, const float* u, const float* route_w, const int32_t* sorted_pair,
-                                  const int32_t* offsets, int E, float lim, float* h, int64_t I_dim) {
+                                  const int32_t* offsets, int E, float lim, bool round_bf16, float* h, int64_t I_dim) {
   int64_t n = int64_t(offsets[E]) * I_dim;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t r = i / I_dim;
-    float gv = fminf(g[i], lim);
-    float uv = fminf(fmaxf(u[i], -lim), lim);
-    h[i] = d_silu(gv) * uv * route_w[sorted_pair[r]];
+    float gi = g[i], ui = u[i];
+    if (round_bf16) {
+      gi = d_round_bf16(gi);
+      ui = d_round_bf16(ui);
+    }
+    float gv = fminf(gi, lim);
+    float uv = fminf(fmaxf(ui, -lim), lim);
+    float hv = d_silu(gv) * uv * route_w[sorted_pair[r]];
+    h[i] = round_bf16 ? d_round_bf16(hv) : hv;
   }
 }
 
@@ -186,16 +198,24 @@ __global__ void moe_fp8_qdq_rows_kernel(float* x, uint16_t* xb, const int32_t* o
   }
 }
 
-__global__ void moe_combine_kernel(const float* y, const int32_t* pos_of, int64_t T, int k, int64_t D, float* out) {
+// out[t] = sum over the token's k slots (k ascending) of its expert outputs y, in double,
+// rounded once to f32, then to out's dtype. round_bf16: each y rounded to bf16 first (the
+// official w2 GEMM writes bf16).
+template <class TO>
+__global__ void moe_combine_kernel(const float* y, const int32_t* pos_of, int64_t T, int k, int64_t D,
+                                   bool round_bf16, TO* out) {
   int64_t n = T * D;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t t = i / D, c = i % D;
     double acc = 0.0;
     for (int j = 0; j < k; ++j) {
       int p = pos_of[t * k + j];
-      if (p >= 0) acc += y[int64_t(p) * D + c];
+      if (p >= 0) {
+        const float yv = y[int64_t(p) * D + c];
+        acc += round_bf16 ? d_round_bf16(yv) : yv;
+      }
     }
-    out[i] = float(acc);
+    st_act(out + i, float(acc));
   }
 }
 
@@ -243,26 +263,33 @@ void moe_route(Ctx& c, const MoeRouteArgs& a) {
   DIL_LAUNCH_CHECK("moe_route_kernel");
 }
 
-void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
+void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   int64_t T = a.x.size(0), D = a.x.size(1);
   int k = int(a.route_idx.size(1));
   int E = int(a.w1->size());
   DIL_CHECK(a.w2->size() == size_t(E) && a.w3->size() == size_t(E), "moe_experts: expert lists differ");
+  DIL_CHECK(a.out.numel() == T * D, "moe_experts: out ", a.out.shape_str(), " for x ", a.x.shape_str());
+  check_f32(a.route_w, "moe_experts route_w");
   if (T == 0) return;
   int64_t Idim = (*a.w1)[0].out;
   const WView* t1 = expert_table(c, a.w1);
   const WView* t2 = expert_table(c, a.w2);
   const WView* t3 = expert_table(c, a.w3);
   int64_t Tk = T * k;
-  // FP4 weights with FP8-QDQ'd activations (both exact in BF16): kMmaBM-row tiles on the
-  // tensor-core path (moe_mma.cu) at every batch size. Otherwise (or DIL_CUDA_MOE=simt: exact
-  // double accumulation): decode-sized batches (a few rows per expert) on the few-rows kernel
-  // in tiles of 4 rows, larger ones on the 64-row SIMT tile kernel.
+  // mma_bf16 (FP4 weights with FP8-QDQ'd activations, both exact in BF16): kMmaBM-row tiles on
+  // the tensor-core path (moe_mma.cu) at every batch size. simt (exact double accumulation):
+  // decode-sized batches (a few rows per expert) on the few-rows kernel in tiles of 4 rows,
+  // larger ones on the 64-row SIMT tile kernel.
   // As linear(): activations are quantized only in front of FP8/FP4 weights.
   const Weight::Kind kind = (*a.w1)[0].kind;
   const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
-  const bool mma_ok = c.use_moe_mma && quant && D % kMmaBK == 0 && Idim % kMmaBK == 0 && moe_mma_fits(*a.w1) &&
-                      moe_mma_fits(*a.w2) && moe_mma_fits(*a.w3);
+  DIL_CHECK(impl == "mma_bf16" || impl == "simt", "moe_experts: implementation '", impl, "' has no launcher");
+  const bool mma_ok = impl == "mma_bf16";
+  if (mma_ok)
+    DIL_CHECK(quant && D % kMmaBK == 0 && Idim % kMmaBK == 0 && moe_mma_fits(*a.w1) && moe_mma_fits(*a.w2) &&
+                  moe_mma_fits(*a.w3),
+              "moe_experts: the planned tensor-core path cannot run these experts (FP4, 8-byte aligned, widths ",
+              "multiples of ", kMmaBK, ")");
   // The tensor-core path wherever it applies, decode-sized batches included (V4-Flash decode,
   // 64 x 6 routed rows: 11.6 against 27.2 ms for 3 layers on the few-rows FP64 kernel, which
   // is bound by its per-weight double conversions).
@@ -293,23 +320,33 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   moe_scatter_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, k, a.expert_offset, E, I);
   DIL_LAUNCH_CHECK("moe_scatter_kernel");
 
-  const float* x = a.x.ptr<float>();
-  Buffer xq;
-  if (quant) {  // the tokens' FP8 QDQ, shared by every expert they visit
-    xq = c.scratch(size_t(T * D) * 4);
-    DIL_CUDA(cudaMemcpyAsync(xq.data(), x, size_t(T * D) * 4, cudaMemcpyDeviceToDevice, c.stream));
-    fp8_qdq(c, static_cast<float*>(xq.data()), T, D, int(D), a.act_block);
-    x = static_cast<float*>(xq.data());
-  }
-  Buffer xbb, hbb;
-  uint16_t* xb = nullptr;  // [T, D] bf16 bits of the QDQ'd tokens
-  uint16_t* hb = nullptr;  // [Tk, Idim] bf16 bits of the QDQ'd h rows (sorted order)
+  // The tokens' rows as the GEMMs read them, shared by every expert they visit: FP8-QDQ'd
+  // (quant) straight from x's dtype into BF16 bits (tensor-core path, exact) or f32 (SIMT);
+  // unquantized bf16 tokens widened into f32 scratch for the SIMT kernels.
+  const float* x = nullptr;  // [T, D] f32 (SIMT paths)
+  Buffer xq, xbb, hbb;
+  uint16_t* xb = nullptr;  // [T, D] bf16 bits of the QDQ'd tokens (tensor-core path)
+  uint16_t* hb = nullptr;  // [Tk, Idim] bf16 bits of the QDQ'd h rows, sorted order (tensor-core path)
   if (mma) {
     xbb = c.scratch(size_t(T * D) * 2);
     hbb = c.scratch(size_t(Tk * Idim) * 2);
     xb = static_cast<uint16_t*>(xbb.data());
     hb = static_cast<uint16_t*>(hbb.data());
-    bf16_bits(c, x, xb, T * D);
+    with_act(a.x, "moe_experts x", [&](auto tx) {
+      using TX = decltype(tx);
+      fp8_qdq(c, a.x.ptr<const TX>(), D, reinterpret_cast<bf16_t*>(xb), D, T, int(D), a.act_block);
+    });
+  } else if (quant || a.x.dtype != DType::F32) {
+    xq = c.scratch(size_t(T * D) * 4);
+    float* xf = static_cast<float*>(xq.data());
+    with_act(a.x, "moe_experts x", [&](auto tx) {
+      using TX = decltype(tx);
+      if (quant) fp8_qdq(c, a.x.ptr<const TX>(), D, xf, D, T, int(D), a.act_block);
+      else to_f32(c, a.x, xf);
+    });
+    x = xf;
+  } else {
+    x = a.x.ptr<float>();
   }
   const MoeTileMap map{I.offsets, I.tile_e, I.tile_r0, I.n_tiles};
   // Sorted rows are bounded by Tk; buffers sized for that.
@@ -334,7 +371,8 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   grouped_gemm(x, xb, D, I.sorted_tok, t1, g, Idim, D, "moe grouped gemm (w1)");
   grouped_gemm(x, xb, D, I.sorted_tok, t3, u, Idim, D, "moe grouped gemm (w3)");
   moe_swiglu_kernel<<<stride_grid(Tk * Idim), 256, 0, c.stream>>>(g, u, a.route_w.ptr<float>(), I.sorted_pair,
-                                                                   I.offsets, E, a.swiglu_limit, g, Idim);
+                                                                   I.offsets, E, a.swiglu_limit, a.round_bf16, g,
+                                                                   Idim);
   DIL_LAUNCH_CHECK("moe_swiglu_kernel");
   if (quant) {
     int64_t warps = Tk * ceil_div(Idim, a.act_block);
@@ -345,7 +383,11 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a) {
   Buffer yb = c.scratch(size_t(Tk * D) * 4);
   float* y = static_cast<float*>(yb.data());
   grouped_gemm(g, hb, Idim, nullptr, t2, y, D, Idim, "moe grouped gemm (w2)");
-  moe_combine_kernel<<<stride_grid(T * D), 256, 0, c.stream>>>(y, I.pos_of, T, k, D, a.out.ptr<float>());
+  with_act(a.out, "moe_experts out", [&](auto to) {
+    using TO = decltype(to);
+    moe_combine_kernel<TO><<<stride_grid(T * D), 256, 0, c.stream>>>(y, I.pos_of, T, k, D, a.round_bf16,
+                                                                      a.out.ptr<TO>());
+  });
   DIL_LAUNCH_CHECK("moe_combine_kernel");
 }
 

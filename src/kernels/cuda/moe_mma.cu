@@ -212,11 +212,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) moe_mma_fp4_kernel(const uint1
       }
 }
 
-__global__ void bf16_bits_kernel(const float* __restrict__ x, uint16_t* __restrict__ out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = uint16_t(__float_as_uint(x[i]) >> 16);
-}
-
 }  // namespace
 
 bool moe_mma_fits(const std::vector<Weight>& ws) {
@@ -226,13 +221,6 @@ bool moe_mma_fits(const std::vector<Weight>& ws) {
       return false;
   }
   return !ws.empty();
-}
-
-void bf16_bits(Ctx& c, const float* x, uint16_t* out, int64_t n) {
-  if (n == 0) return;
-  const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16));
-  bf16_bits_kernel<<<blocks, 256, 0, c.stream>>>(x, out, n);
-  DIL_LAUNCH_CHECK("bf16_bits_kernel");
 }
 
 void moe_mma_fp4(Ctx& c, const uint16_t* x, int64_t ldx, const int32_t* gather, const WView* experts,

@@ -25,9 +25,6 @@ struct MoeTileMap {
 // (one E8M0 scale per k stage) and 8-byte aligned rows.
 bool moe_mma_fits(const std::vector<Weight>& ws);
 
-// out [n, ] bf16 bits of x [n] f32; exact when x is representable in BF16 (FP8-QDQ'd values).
-void bf16_bits(Ctx& c, const float* x, uint16_t* out, int64_t n);
-
 // out[r, :N] (ldo) = X[row(r), :K] . W_e^T for every sorted row r of every tile, X in BF16
 // bits (ldx elements per row, rows gathered through `gather` or read in sorted order when
 // null), W_e = experts[tile_e] FP4. f32 accumulation on tensor cores.

@@ -32,14 +32,11 @@ struct Ctx {
   cublasLtHandle_t lt = nullptr;
   std::shared_ptr<Arena> arena;
   Buffer lt_workspace;         // cuBLASLt workspace
-  bool use_cublaslt = true;    // false: every GEMM on our own SIMT kernel (DIL_CUDA_GEMM=simt)
-  bool use_moe_mma = true;     // false: routed experts on the SIMT kernels only (DIL_CUDA_MOE=simt or
-                               // DIL_CUDA_GEMM=simt)
-  bool warned_fp8 = false, warned_bf16 = false;
-  // Scale layouts handed to cuBLASLt's block-scaled FP8 GEMM (DIL_LT_FP8_LAYOUT="ab", default
-  // "00"): a = 0: weight scales [N/128][ceil4(K/128)] (K blocks fastest), 1: [K/128][ceil4(N/128)];
-  // b = 0: activation scales [K/128][Mp] (tokens fastest), 1: [Mp][K/128].
-  int lt_a_layout = 0, lt_b_layout = 0;  // one stderr line each when cuBLASLt declines
+  // Scale layouts handed to cuBLASLt's block-scaled FP8 GEMM (BackendOptions::lt_fp8_layout "ab",
+  // default "00"): a = 0: weight scales [N/128][ceil4(K/128)] (K blocks fastest), 1:
+  // [K/128][ceil4(N/128)]; b = 0: activation scales [K/128][Mp] (tokens fastest), 1: [Mp][K/128].
+  int lt_a_layout = 0, lt_b_layout = 0;
+  bool lt_declined = false;  // cuBLASLt declined a planned configuration once (stderr said so)
   // Per-expert weight tables of moe_experts, uploaded once per expert list; the host copy
   // detects a list that changed (or a new list at a reused address) and triggers a re-upload.
   struct ExpertTable {
@@ -50,13 +47,26 @@ struct Ctx {
   Buffer scratch(size_t bytes) { return arena->get(bytes); }
 };
 
-// elementwise.cu
+// elementwise.cu. Activation tensors are f32 or bf16 (backend.h); the typed pointer forms
+// take float | bf16_t (common.cuh).
 void fill_f32(Ctx& c, float* p, int64_t n, float v);
+// out[i] = in[i], rounded to TO (instantiated for f32 <-> bf16).
+template <class TI, class TO>
+void convert(Ctx& c, const TI* in, TO* out, int64_t n);
+// An f32 copy of an activation tensor (bf16 widened exactly) into out [numel] f32.
+void to_f32(Ctx& c, const Tensor& in, float* out);
 void add(Ctx& c, const Tensor& a, const Tensor& b, Tensor out);
 void embed(Ctx& c, const Weight& table, const Tensor& ids, Tensor out);
 void rms_norm(Ctx& c, const Tensor& x, const Tensor& w, float eps, Tensor out);
 void rope(Ctx& c, Tensor x, const Tensor& pos, const RopeTable& t, bool inverse);
-void fp8_qdq(Ctx& c, float* x, int64_t rows, int64_t ld, int cols, int block);
+// FP8 act-quant QDQ (model-spec 3.1) of columns [0, cols) of `rows` rows in blocks of `block`:
+// in [rows, ld_in] -> out [rows, ld_out]; in place when out == in (same ld), else only columns
+// [0, cols) of out are written. Instantiated for every pair of float | bf16_t (QDQ'd values
+// are exact in bf16, so a bf16 output holds them exactly).
+template <class TI, class TO>
+void fp8_qdq(Ctx& c, const TI* in, int64_t ld_in, TO* out, int64_t ld_out, int64_t rows, int cols, int block);
+// In place on an activation tensor [R, d] (rows = numel / last dim).
+void fp8_qdq(Ctx& c, Tensor x, int cols, int block);
 void fp4_qdq(Ctx& c, Tensor x, int block, bool e4m3_scale);
 void hadamard(Ctx& c, Tensor x);
 void swiglu(Ctx& c, const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out);
@@ -65,13 +75,17 @@ void reset_state(Ctx& c, Tensor kv, Tensor score, const std::vector<int32_t>& sl
 // ceilings.cu: cuBLASLt BF16 / FP8 GEMM TFLOP/s and device copy GB/s (read + write), measured now.
 std::map<std::string, double> measure_ceilings(cublasLtHandle_t lt, cudaStream_t stream);
 
+// The launchers of op families with several implementations take the one the kernel plan
+// chose (registry.cpp names; Backend::impl_for is the dispatch point).
 // gemm.cu. out[m, :] = W . x[m, :] over `groups` independent groups (grouped_linear).
-void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out);
-void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, bool split_bf16);
-// SIMT GEMM core shared with the MoE: out[M, N] (ldo) = X[M, K] (ldx) . W^T (fp32 accumulate).
-void gemm_simt(Ctx& c, const float* x, int64_t ldx, int64_t m, const WView& w, int64_t w_row0,
-               float* out, int64_t ldo, int groups, int64_t x_gstride, int64_t o_gstride,
-               int64_t w_gstride);
+void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out, const std::string& impl);
+void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, const std::string& impl);
+// The SIMT GEMM of linear / grouped_linear (its tiles, gemm_simt.cuh / gemv.cuh, are shared
+// with the MoE): out[M, N] (ldo) = X[M, K] (ldx) . W^T, double accumulation rounded once.
+// X and out are float | bf16_t (instantiated for all four pairs).
+template <class TX, class TO>
+void gemm_simt(Ctx& c, const TX* x, int64_t ldx, int64_t m, const WView& w, int64_t w_row0, TO* out, int64_t ldo,
+               int groups, int64_t x_gstride, int64_t o_gstride, int64_t w_gstride);
 
 // mhc.cu
 void hc_mix(Ctx& c, const Tensor& X, const HcArgs& a, Tensor pre, Tensor post, Tensor comb);
@@ -80,7 +94,7 @@ void hc_post(Ctx& c, const Tensor& F, const Tensor& X, const Tensor& post, const
 void hc_expand(Ctx& c, const Tensor& e, int n, Tensor X);
 
 // attention.cu
-void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m);
+void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m, const std::string& impl);
 void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m);
 void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
                  const StepMeta& m);
@@ -89,11 +103,11 @@ void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, c
 void compressor(Ctx& c, const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m);
 
 // indexer.cu
-void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m);
+void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::string& impl);
 
 // moe.cu
 void moe_route(Ctx& c, const MoeRouteArgs& a);
-void moe_experts(Ctx& c, const MoeExpertsArgs& a);
+void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl);
 
 // engram.cu (V4.1)
 void engram_mix(Ctx& c, const Tensor& X, const Tensor& kv, const Tensor& qk, const Tensor& mask, float eps,

@@ -1,0 +1,191 @@
+// The CUDA backend's kernel registry (backend/plan.h): every implementation of every op family
+// with what it requires of an op site. Plain C++ without CUDA headers, compiled in every build,
+// so that `inspect --plan --device cuda` and `kernels-doc` work on machines without a GPU or
+// nvcc. Registry order is preference; docs/kernels.md's op table is generated from it.
+// The limits here are the kernels' compile-time constants (attention_mma.cu kD/kHeads,
+// indexer_mma.cu kDi/kMaxHeads, indexer.cu kMaxQ/kMaxTopk, moe_mma.cuh kMmaBK, attention.cu
+// kMaxD, mhc.cu kMaxMix): change both together.
+#include "kernels/cuda/registry.h"
+
+#include "backend/backend.h"
+
+namespace dil {
+namespace {
+
+using Reqs = std::vector<std::string>;
+constexpr int kF32 = int(Weight::Kind::F32), kBF16 = int(Weight::Kind::BF16), kFP8 = int(Weight::Kind::FP8),
+              kFP4 = int(Weight::Kind::FP4);
+
+std::string act_f32_or_bf16(const OpSite& s) {
+  const bool ok = (s.act == DType::F32 || s.act == DType::BF16) && (s.out == DType::F32 || s.out == DType::BF16);
+  return need(ok, "f32 or bf16 activations");
+}
+
+Reqs any_site(const OpSite& s) { return {act_f32_or_bf16(s)}; }
+
+// ---- linear ----
+Reqs lt_fp8(const OpSite& s) {
+  return {need(s.wkind == kFP8 && s.block_out == 128 && s.block_in == 128, "an FP8 weight with 128x128 blocks"),
+          need(s.act_block == 128, "activations FP8-quantized per 128 (act_block 128)"),
+          need(s.n % 128 == 0 && s.k % 128 == 0, "N and K multiples of 128"), act_f32_or_bf16(s)};
+}
+Reqs dequant_lt(const OpSite& s) {
+  return {need(s.wkind == kFP8, "an FP8 weight"),
+          need(s.act_block > 0, "FP8-quantized activations (exact BF16 operands)"),
+          need(s.n % 8 == 0 && s.k % 8 == 0, "N and K multiples of 8"), act_f32_or_bf16(s)};
+}
+Reqs lt_bf16(const OpSite& s) {
+  return {need(s.wkind == kBF16, "a BF16 weight"), need(s.act == DType::BF16, "bf16 activations (fast numerics)"),
+          need(s.n % 8 == 0 && s.k % 8 == 0, "N and K multiples of 8"), act_f32_or_bf16(s)};
+}
+Reqs lt_bf16_split(const OpSite& s) {
+  return {need(s.wkind == kBF16, "a BF16 weight"), need(s.act == DType::F32, "f32 activations"),
+          need(s.n % 8 == 0 && s.k % 8 == 0, "N and K multiples of 8"), act_f32_or_bf16(s)};
+}
+Reqs simt_gemm(const OpSite& s) {
+  return {need(s.wkind == kF32 || s.wkind == kBF16 || s.wkind == kFP8 || s.wkind == kFP4, "a checkpoint weight"),
+          act_f32_or_bf16(s)};
+}
+
+// ---- grouped_linear (wo_a) ----
+Reqs gl_dequant_split(const OpSite& s) {
+  return {need(s.numerics == Numerics::Official, "official numerics (bounded hi + lo split of f32 inputs)"),
+          need(s.wkind == kFP8, "an FP8 weight"), need(s.act == DType::F32, "f32 activations"),
+          need(s.n % (8 * (s.groups ? s.groups : 1)) == 0 && s.k % 8 == 0, "N per group and K multiples of 8")};
+}
+Reqs gl_dequant_bf16(const OpSite& s) {
+  return {need(s.wkind == kFP8, "an FP8 weight"), need(s.act == DType::BF16, "bf16 activations (fast numerics)"),
+          need(s.n % (8 * (s.groups ? s.groups : 1)) == 0 && s.k % 8 == 0, "N per group and K multiples of 8"),
+          act_f32_or_bf16(s)};
+}
+
+// ---- sparse_attention ----
+Reqs attn_mma_bf16(const OpSite& s) {
+  return {need(s.numerics == Numerics::Fast, "fast numerics (BF16 operands, BF16 probabilities)"),
+          need(s.act == DType::BF16, "bf16 activations"), need(s.head_dim == 512, "head dim 512"),
+          need(s.heads % 16 == 0, "heads a multiple of 16")};
+}
+Reqs attn_mma_split(const OpSite& s) {
+  return {need(s.numerics == Numerics::Official, "official numerics (bounded hi + lo split)"),
+          need(s.act == DType::F32, "f32 activations"), need(s.head_dim == 512, "head dim 512"),
+          need(s.heads % 16 == 0, "heads a multiple of 16")};
+}
+Reqs attn_fp64(const OpSite& s) {
+  return {need(s.head_dim % 32 == 0 && s.head_dim <= 512, "a head dim that is a multiple of 32, at most 512"),
+          act_f32_or_bf16(s)};
+}
+
+// ---- indexer_topk ----
+std::string idx_limits(const OpSite& s) {
+  return need(s.topk <= 2048 && s.cand_topk <= 2048, "top-k and candidate top-k at most 2048");
+}
+Reqs idx_mma(const OpSite& s) {
+  return {need(quantizes(s.numerics), "FP4-QDQ'd q and keys (official or fast numerics)"),
+          need(s.head_dim == 128, "index head dim 128"),
+          need(s.heads == 16 || s.heads == 32 || s.heads == 64, "16, 32 or 64 index heads"), idx_limits(s),
+          act_f32_or_bf16(s)};
+}
+Reqs idx_fp64(const OpSite& s) {
+  return {need(s.heads * s.head_dim <= 8192 && s.heads <= 128, "at most 128 heads and 8192 q values per token"),
+          idx_limits(s), act_f32_or_bf16(s)};
+}
+
+// ---- moe_experts ----
+Reqs moe_mma(const OpSite& s) {
+  return {need(s.wkind == kFP4, "FP4 experts"), need(s.act_block > 0, "FP8-quantized activations"),
+          need(s.n % 32 == 0 && s.k % 32 == 0, "D and the expert width multiples of 32"), act_f32_or_bf16(s)};
+}
+
+// ---- hc_mix ----
+Reqs hc_any(const OpSite& s) { return {act_f32_or_bf16(s)}; }
+
+std::vector<KernelImpl> build() {
+  const std::string E = "exact";
+  const std::string lin = "tests/cuda/test_linear.cpp";
+  std::vector<KernelImpl> r = {
+      {"linear", "cublaslt_fp8", "activations (f32 or bf16) quantized to e4m3 per 128 by our kernel, cuBLASLt "
+       "block-scaled FP8 GEMM (weights BLK128x128_32F, activations VEC128_32F), f32 accumulation, D written by "
+       "cuBLASLt in the output's dtype", lt_fp8, 0,
+       "rel 2e-3 / abs 2e-2 (FP8 tensor-core accumulation before promotion), + one bf16 ulp of a bf16 output", lin},
+      {"linear", "dequant_bf16_lt", "weight dequantized per call to BF16 (exact), activations QDQ'd straight into BF16 "
+       "(exact), one cuBLASLt BF16 GEMM writing the output's dtype, f32 accumulation", dequant_lt, 64,
+       "rel 2e-5 / abs 1e-4, + one bf16 ulp of a bf16 output", lin},
+      {"linear", "cublaslt_bf16", "one cuBLASLt BF16 GEMM on the BF16 activations (no split), f32 accumulation, D "
+       "written in the output's dtype", lt_bf16, 0, "rel 2e-5 / abs 1e-4, + one bf16 ulp of a bf16 output", lin},
+      {"linear", "cublaslt_bf16_split", "f32 activations split into hi + lo BF16 terms, one cuBLASLt BF16 GEMM over both, "
+       "f32 accumulation", lt_bf16_split, 0, "rel 2e-5 / abs 1e-4", lin},
+      {"linear", "simt", "SIMT tiles (decode sizes: a few-rows kernel), weights decoded in shared memory, f32 or bf16 "
+       "activations widened, double accumulation over k ascending", simt_gemm, 0,
+       "exact (a bf16 output: the reference's rounding)", lin},
+      {"grouped_linear", "dequant_bf16_lt_split", "wo_a per group: weight dequantized to BF16, f32 inputs split hi + lo, "
+       "two cuBLASLt BF16 GEMMs", gl_dequant_split, 64, "rel 2e-5 / abs 1e-4", lin},
+      {"grouped_linear", "dequant_bf16_lt", "wo_a per group: weight dequantized to BF16, the BF16 inputs read in place "
+       "(row stride G*K), one cuBLASLt BF16 GEMM per group writing the output's dtype", gl_dequant_bf16, 64,
+       "rel 2e-5 / abs 1e-4, + one bf16 ulp of a bf16 output", lin},
+      {"grouped_linear", "simt", "SIMT kernel with a group grid dimension, double accumulation", simt_gemm, 0,
+       "exact (a bf16 output: the reference's rounding)", lin},
+      {"sparse_attention", "mma_bf16", "CTA per (token, 16 heads), BF16 q and rows as the MMA operands (one mma.sync "
+       "m16n8k16 per product), f32 online softmax with the sink, probabilities rounded to BF16 for P.V, bf16 output",
+       attn_mma_bf16, 0, "per-element bound derived in tests/cuda/test_attention.cpp (BF16 P: 2^-8 of sum p|v|)",
+       "tests/cuda/test_attention.cpp"},
+      {"sparse_attention", "mma_split_bf16", "CTA per (token, 16 heads), rows as BF16 hi/lo halves, 3 mma.sync per "
+       "product, f32 online softmax with the sink", attn_mma_split, 0, "rel 1e-4 / abs 6e-4",
+       "tests/cuda/test_attention.cpp"},
+      {"sparse_attention", "fp64", "block per (token, 8 heads), warp per head, rows staged 16 at a time (bf16 rows "
+       "widened), online softmax in double", attn_fp64, 0, "rel 1e-6 / abs 1e-6, + one bf16 ulp of a bf16 output",
+       "tests/cuda/test_attention.cpp"},
+      {"indexer_topk", "mma_exact", "FP4-QDQ'd q and keys as BF16 (exact; bf16 inputs read as they are), mma.sync per "
+       "32-dim block (exact sums), head sum in double in the reference's order; radix top-k", idx_mma, 0,
+       "exact indices", "tests/cuda/test_indexer_moe.cpp"},
+      {"indexer_topk", "fp64", "thread per (token, row) in double in the reference's order (bf16 inputs widened); "
+       "radix top-k over (score, ~row) keys", idx_fp64, 0, "exact indices", "tests/cuda/test_indexer_moe.cpp"},
+      {"moe_experts", "mma_bf16", "device counting sort, 128x128 tiles, FP4 weights dequantized to BF16 in shared "
+       "memory, activations QDQ'd straight into BF16, mma.sync BF16 -> f32; SwiGLU, QDQ of h, combine (fast: the "
+       "official BF16 roundings of g, u, h and each expert output)", moe_mma, 0,
+       "per-element bound derived in tests/cuda/test_moe_mma.cpp", "tests/cuda/test_moe_mma.cpp"},
+      {"moe_experts", "simt", "device counting sort, grouped SIMT GEMMs in double (few-rows kernel at decode sizes) on "
+       "an f32 copy of the tokens", simt_gemm, 0, "rel 1e-4 / abs 5e-3 (an FP8 flip of h)",
+       "tests/cuda/test_indexer_moe.cpp"},
+  };
+  // Families with one CUDA implementation each (docs/kernels.md has their formulas).
+  struct One {
+    const char* op;
+    const char* what;
+    const char* tol;
+  };
+  const One ones[] = {
+      {"embed", "row copies of the decoded table", "exact"},
+      {"add", "elementwise f32 add of f32 or bf16 inputs, rounded to the output dtype", "exact"},
+      {"rms_norm", "block per row, sum of squares in double", "rel 1e-7 / abs 3e-7, + one bf16 ulp of a bf16 output"},
+      {"rope", "cos/sin in double rounded to f32, outputs in double rounded once",
+       "rel 1e-7 / abs 3e-7, + one bf16 ulp of a bf16 output"},
+      {"fp8_qdq", "warp per block, ue8m0 scale, RNE e4m3 with saturation", "exact"},
+      {"fp4_qdq", "warp per block, ties-to-even e2m1", "exact"},
+      {"hadamard", "FWHT in shared memory in double", "rel 1e-7 / abs 2e-7, + one bf16 ulp of a bf16 output"},
+      {"hc_mix", "dot products and mean square in double, Sinkhorn on one thread per token", "rel 1e-5 / abs 1e-5"},
+      {"hc_collapse", "thread per (token, channel), double accumulation",
+       "rel 1e-7 / abs 3e-7, + one bf16 ulp of a bf16 output"},
+      {"hc_post", "thread per (token, channel), double accumulation",
+       "rel 1e-7 / abs 3e-7, + one bf16 ulp of a bf16 output"},
+      {"hc_expand", "row copies", "exact"},
+      {"ring_write", "row copies into the window ring", "exact"},
+      {"paged_write", "row copies into paged blocks", "exact"},
+      {"compressor", "block per emitted row, softmax pooling in double; state rewrite",
+       "rows rel 1e-7 / abs 3e-7 (+ one bf16 ulp of bf16 rows), state exact"},
+      {"moe_route", "warp per token, k rounds of warp arg-max, sqrt-softplus in double", "indices exact"},
+      {"swiglu", "silu in double, clamps in f32", "rel 1e-7 / abs 3e-7, + one bf16 ulp of a bf16 output"},
+      {"engram_mix", "gate per (token, stream) in double; update in double",
+       "rel 1.2e-7 / abs 1.2e-7, + one bf16 ulp of a bf16 output"},
+  };
+  for (const One& o : ones) r.push_back({o.op, "default", o.what, hc_any, 0, o.tol, "tests/cuda/test_elementwise.cpp"});
+  return r;
+}
+
+}  // namespace
+
+const std::vector<KernelImpl>& cuda_kernel_registry() {
+  static const std::vector<KernelImpl> r = build();  // immutable after construction
+  return r;
+}
+
+}  // namespace dil

@@ -1,0 +1,187 @@
+// The kernel plan (backend/plan.h) for the real configs, without a GPU: which implementation
+// runs every op site of V4-Flash and V4.1-Flash in each numerics mode on each backend, that an
+// impossible request fails at load naming its requirement, forced implementations, row regimes,
+// and that a backend refuses an op site its installed plan lacks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+using namespace dil;
+
+namespace {
+
+const std::string kV4 = std::string(DIL_SOURCE_DIR) + "/configs/deepseek-v4-flash.json";
+const std::string kV41 = std::string(DIL_SOURCE_DIR) + "/configs/deepseek-v4.1-flash.json";
+
+KernelPlan plan_of(const std::string& config, BackendKind k, Numerics n, const BackendOptions& o = {}) {
+  const ModelConfig cfg = load_model_config(config);
+  return resolve_plan(kernel_registry(k), backend_kind_name(k), model_op_sites(cfg, n), n, o);
+}
+
+// The implementations chosen for the first site of `op` whose `where` contains `where`.
+std::vector<std::string> impls(const KernelPlan& p, const std::string& op, const std::string& where) {
+  for (const PlanEntry& e : p.entries())
+    if (e.site.op == op && e.site.where.find(where) != std::string::npos) {
+      std::vector<std::string> v;
+      for (const KernelImpl* k : e.impls) v.push_back(k->name);
+      return v;
+    }
+  ADD_FAILURE() << "no " << op << " site at '" << where << "'";
+  return {};
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+using V = std::vector<std::string>;
+
+}  // namespace
+
+TEST(KernelPlan, V4FlashOnCudaPerMode) {
+  const KernelPlan ref = plan_of(kV4, BackendKind::CUDA, Numerics::Reference);
+  const KernelPlan off = plan_of(kV4, BackendKind::CUDA, Numerics::Official);
+  const KernelPlan fast = plan_of(kV4, BackendKind::CUDA, Numerics::Fast);
+  // Attention: exact FP64 in reference, BF16-split tensor cores in official, BF16 in fast.
+  for (const char* kind : {"SWA attention", "CSA attention", "HCA attention"}) {
+    EXPECT_EQ(impls(ref, "sparse_attention", kind), V{"fp64"}) << kind;
+    EXPECT_EQ(impls(off, "sparse_attention", kind), V{"mma_split_bf16"}) << kind;
+    EXPECT_EQ(impls(fast, "sparse_attention", kind), V{"mma_bf16"}) << kind;
+  }
+  // Projections: FP8 128x128 with act 128 on cuBLASLt once activations are quantized; reference
+  // numerics quantize nothing, so the exact SIMT kernel runs them.
+  EXPECT_EQ(impls(off, "linear", "CSA attn.wq_a"), V{"cublaslt_fp8"});
+  EXPECT_EQ(impls(fast, "linear", "CSA attn.wq_a"), V{"cublaslt_fp8"});
+  EXPECT_EQ(impls(ref, "linear", "CSA attn.wq_a"), V{"simt"});
+  // wo_a (FP8, no activation quant): the exact kernel below 64 rows, BF16 tensor cores above.
+  EXPECT_EQ(impls(off, "grouped_linear", "attn.wo_a"), (V{"simt", "dequant_bf16_lt_split"}));
+  EXPECT_EQ(impls(fast, "grouped_linear", "attn.wo_a"), (V{"simt", "dequant_bf16_lt"}));
+  EXPECT_EQ(impls(ref, "grouped_linear", "attn.wo_a"), V{"simt"});
+  // The BF16 head: split f32 activations, or plain BF16 in fast.
+  EXPECT_EQ(impls(off, "linear", "head"), V{"cublaslt_bf16_split"});
+  EXPECT_EQ(impls(fast, "linear", "head"), V{"cublaslt_bf16"});
+  // Indexer and experts.
+  EXPECT_EQ(impls(off, "indexer_topk", "CSA indexer"), V{"mma_exact"});
+  EXPECT_EQ(impls(ref, "indexer_topk", "CSA indexer"), V{"fp64"});
+  EXPECT_EQ(impls(off, "moe_experts", "ffn.experts"), V{"mma_bf16"});
+  EXPECT_EQ(impls(ref, "moe_experts", "ffn.experts"), V{"simt"});
+  // Every site's dtype follows the mode.
+  for (const PlanEntry& e : fast.entries()) EXPECT_EQ(e.site.act, DType::BF16) << e.site.op << " " << e.site.where;
+  for (const PlanEntry& e : off.entries()) EXPECT_EQ(e.site.act, DType::F32) << e.site.op << " " << e.site.where;
+  // The table names every op family of the forward.
+  const std::string t = fast.table();
+  for (const char* op : {"linear", "grouped_linear", "sparse_attention", "indexer_topk", "moe_experts", "hc_mix",
+                         "compressor", "rms_norm", "embed"})
+    EXPECT_NE(t.find(std::string("| ") + op + " |"), std::string::npos) << op;
+}
+
+TEST(KernelPlan, V41FlashOnCudaRegimesAndCandidates) {
+  const KernelPlan off = plan_of(kV41, BackendKind::CUDA, Numerics::Official);
+  // FP8 weights with 32x32 blocks (cuBLASLt cannot scale them): exact SIMT below 64 rows,
+  // dequantized BF16 tensor cores from 64.
+  EXPECT_EQ(impls(off, "linear", "attn.wq_a"), (V{"simt", "dequant_bf16_lt"}));
+  // The candidate source and the Reindex layers are distinct indexer sites.
+  int cand_sites = 0;
+  for (const PlanEntry& e : off.entries())
+    if (e.site.op == "indexer_topk") {
+      cand_sites += e.site.cand != 0;
+      EXPECT_EQ(e.impls.size(), 1u);
+      EXPECT_EQ(e.impls[0]->name, "mma_exact") << e.site.where;
+    }
+  EXPECT_GE(cand_sites, 1);
+  EXPECT_EQ(impls(off, "sparse_attention", "Full-r2 attention"), V{"mma_split_bf16"});
+}
+
+TEST(KernelPlan, CpuRunsEverySiteWithItsReference) {
+  for (const std::string& c : {kV4, kV41})
+    for (Numerics n : {Numerics::Reference, Numerics::Official, Numerics::Fast}) {
+      const KernelPlan p = plan_of(c, BackendKind::CPU, n);
+      ASSERT_FALSE(p.entries().empty());
+      for (const PlanEntry& e : p.entries()) {
+        ASSERT_EQ(e.impls.size(), 1u);
+        EXPECT_EQ(e.impls[0]->name, "reference");
+      }
+    }
+}
+
+TEST(KernelPlan, ImpossibleRequestFailsNamingTheRequirement) {
+  ModelConfig cfg = load_model_config(kV4);
+  cfg.index_topk = 4096;  // above every indexer kernel's top-k limit
+  const std::string msg = error_of([&] {
+    resolve_plan(kernel_registry(BackendKind::CUDA), "cuda", model_op_sites(cfg, Numerics::Official), Numerics::Official,
+                 {});
+  });
+  EXPECT_NE(msg.find("nothing can run indexer_topk"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("top-k and candidate top-k at most 2048"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("CSA indexer"), std::string::npos) << msg;
+}
+
+TEST(KernelPlan, ForcedImplementations) {
+  BackendOptions o;
+  o.force["linear"] = "simt";
+  const KernelPlan p = plan_of(kV4, BackendKind::CUDA, Numerics::Official, o);
+  for (const PlanEntry& e : p.entries())
+    if (e.site.op == "linear") {
+      EXPECT_EQ(e.impls.size() == 1 ? e.impls[0]->name : "", "simt") << e.site.where;
+    }
+  // A forced implementation that cannot run a site of its family fails, naming it.
+  BackendOptions bad;
+  bad.force["sparse_attention"] = "mma_bf16";
+  const std::string msg = error_of([&] { plan_of(kV4, BackendKind::CUDA, Numerics::Official, bad); });
+  EXPECT_NE(msg.find("sparse_attention=mma_bf16 cannot run"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fast numerics"), std::string::npos) << msg;
+  BackendOptions unknown;
+  unknown.force["linear"] = "no_such_kernel";
+  EXPECT_NE(error_of([&] { plan_of(kV4, BackendKind::CUDA, Numerics::Official, unknown); }).find("no such implementation"),
+            std::string::npos);
+  BackendOptions parsed;
+  parse_kernel_overrides("linear=simt,moe_experts=simt", &parsed);
+  EXPECT_EQ(parsed.force.size(), 2u);
+  EXPECT_EQ(parsed.force["moe_experts"], "simt");
+  EXPECT_FALSE(error_of([&] { parse_kernel_overrides("linear", &parsed); }).empty());
+}
+
+TEST(KernelPlan, RowRegimesPickByRowCount) {
+  const KernelPlan p = plan_of(kV41, BackendKind::CUDA, Numerics::Official);
+  for (const PlanEntry& e : p.entries()) {
+    if (e.site.op != "linear" || e.site.where.find("attn.wq_a") == std::string::npos) continue;
+    EXPECT_EQ(e.for_rows(1).name, "simt");
+    EXPECT_EQ(e.for_rows(63).name, "simt");
+    EXPECT_EQ(e.for_rows(64).name, "dequant_bf16_lt");
+    EXPECT_EQ(e.for_rows(4096).name, "dequant_bf16_lt");
+    return;
+  }
+  FAIL() << "no wq_a site";
+}
+
+TEST(KernelPlan, BackendRefusesAnUnplannedSite) {
+  auto be = make_backend(BackendKind::CPU);
+  const ModelConfig cfg = load_model_config(kV4);
+  be->install_plan(be->make_plan(model_op_sites(cfg, Numerics::Official, {0}), Numerics::Official));
+  EXPECT_EQ(be->numerics(), Numerics::Official);
+  Weight w;
+  w.kind = Weight::Kind::BF16;
+  w.out = 3;
+  w.in = 5;  // no site of the model has a [3 x 5] weight
+  const std::string msg =
+      error_of([&] { be->impl_for(linear_site(w, 0, DType::F32, DType::F32, Numerics::Official), 1); });
+  EXPECT_NE(msg.find("op site not in the kernel plan"), std::string::npos) << msg;
+  // Lazy mode (op-level tests): resolved on first use.
+  be->set_numerics(Numerics::Fast);
+  EXPECT_EQ(be->impl_for(linear_site(w, 0, DType::BF16, DType::BF16, Numerics::Fast), 1).name, "reference");
+}
+
+TEST(KernelPlan, RegistryMarkdownListsEveryImplementation) {
+  const std::string md = registry_markdown(kernel_registry(BackendKind::CUDA), "cuda");
+  for (const KernelImpl& k : kernel_registry(BackendKind::CUDA))
+    EXPECT_NE(md.find("`" + k.name + "`"), std::string::npos) << k.op << " " << k.name;
+}
