@@ -192,6 +192,11 @@ void stream_response(http::Response& res, std::shared_ptr<StreamState> st, const
 
 void Server::Core::constrain(const StructuredSpec& s, std::vector<ChoiceSpec>* specs) {
   std::shared_ptr<const grammar::CompiledGrammar> g = grammars.get(s);
+  // Two allow-lists rarely meet: the engine would find no common token mid-answer and end the
+  // request with an error (a 500), so the contradiction is the client's 400 up front.
+  if (g && !specs->empty() && !specs->front().request.sampling.allowed_token_ids.empty())
+    throw ApiError(400, "'allowed_token_ids' cannot be combined with structured output (a grammar decides the tokens)",
+                   "allowed_token_ids", "unsupported_parameter");
   for (ChoiceSpec& c : *specs) c.request.constraint = make_constraint(g);  // a matcher per choice
 }
 

@@ -67,6 +67,9 @@ def test_structured_output_fields_are_accepted(server):
                {"structured_outputs": {"json": {"type": "object"}}}):
         assert chat(server, max_tokens=20, **kw).status_code == 200, kw
         assert completion(server, prompt="hi", max_tokens=20, **kw).status_code == 200, kw
+    # Found by the HTTP fuzz: two allow-lists without a common token were a 500 mid-answer.
+    assert_400(completion(server, prompt="hi", guided_regex="[a-c]{1,3}", allowed_token_ids=[3, 4, 5]),
+               "allowed_token_ids", "unsupported_parameter")
     c = chat(server, max_tokens=4, guided_choice=["yes", "no"], temperature=0).json()["choices"][0]
     assert c["message"]["content"] in ("yes", "no") and c["finish_reason"] == "stop"
 
