@@ -1,7 +1,8 @@
 """Mutation fuzz of the HTTP API of a running `deepinfer-lab serve`.
 
 Requests are generated from the OpenAI/vLLM request shapes (chat with tools, tool calls and
-content parts; completions with text, token-id and batched prompts; tokenize; detokenize),
+content parts; completions with text, token-id and batched prompts; structured output:
+response_format, guided_*, structured_outputs, forced tool calls; tokenize; detokenize),
 then mutated at three levels: the JSON value (fields dropped, retyped, extreme numbers,
 unicode edge cases, nesting), the body bytes (flips, inserts, cuts) and the HTTP framing
 (chunked bodies, wrong or missing Content-Length, odd headers, methods, paths, HTTP/1.0,
@@ -34,6 +35,18 @@ EXTREMES = [None, True, False, 0, -1, 1, 2, 0.5, -0.0, 1e308, -1e308, 2 ** 31, 2
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather",
                                          "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                         "required": ["city"]}}}
+# Structured output: the schemas the mutations start from (a mutated schema must be a 400 or
+# compile, never a 5xx).
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
+                                           "n": {"type": "integer", "minimum": 0, "maximum": 9},
+                                           "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+          "required": ["name"], "additionalProperties": False}
+FORMATS = [{"type": "text"}, {"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}}]
+
+
+def structured(r):
+    return r.choice([{"response_format": r.choice(FORMATS)}, {"guided_json": SCHEMA}, {"guided_regex": "[a-c]{1,3}"},
+                     {"guided_choice": ["yes", "no"]}, {"structured_outputs": {"json": SCHEMA}}])
 
 
 def rand_text(r):
@@ -67,6 +80,11 @@ def chat_body(r):
            "stop_token_ids": [7], "max_completion_tokens": 2, "request_id": "r%d" % r.randrange(99)}
     for k in r.sample(sorted(opt), r.randrange(0, 6)):
         b[k] = opt[k]
+    if r.random() < 0.25:
+        b.update(structured(r))
+    if r.random() < 0.1:
+        b.update(tools=[TOOL], tool_choice=r.choice(["required", {"type": "function", "function": {"name": "get_weather"}}]),
+                 parallel_tool_calls=r.choice([True, False]))
     if b.get("logprobs") is not True:
         b.pop("top_logprobs", None)
     return "/v1/chat/completions", b
@@ -80,6 +98,8 @@ def completion_body(r):
            "best_of": 1, "suffix": ""}
     for k in r.sample(sorted(opt), r.randrange(0, 4)):
         b[k] = opt[k]
+    if r.random() < 0.25:
+        b.update(structured(r))
     if b.get("echo") and "logprobs" in b:
         b.pop("logprobs")
     return "/v1/completions", b

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,11 +45,35 @@ struct StopParams {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
 };
 
+// What a request may generate next (structured output: src/server wraps a grammar matcher).
+// The engine calls it on its own threads only, one call at a time per request: fill_mask
+// before each sampling step (overlapped with the model's forward), advance after it.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets bit t (mask[t / 64] >> t % 64 & 1) of every token id that may come next. `mask` is
+  // zeroed and has ceil(vocab_size / 64) words. EOS and the stop tokens are the engine's: it
+  // allows them exactly when accepting(). `remaining`: tokens the request may still generate
+  // after this one, so the constraint can steer to a complete output before max_tokens.
+  virtual void fill_mask(std::span<uint64_t> mask, int remaining) = 0;
+  // The sampled token (one that fill_mask allowed; never EOS or a stop token).
+  virtual void advance(int32_t token) = 0;
+  // The output so far is complete: EOS and the stop tokens may end it.
+  virtual bool accepting() const = 0;
+};
+
 struct GenRequest {
   std::string id;
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   StopParams stop;
+  // Structured output (null: unconstrained). Masked tokens get -inf logits before the
+  // sampler's bias, penalties and filters; raw logprobs still describe the model's logits.
+  // allowed_token_ids and the min_tokens ban narrow the mask (the ban yields where it would
+  // leave nothing). A request whose mask allows no token finishes: Stop when its output is
+  // complete, otherwise Error. Data-parallel engines run constrained requests on rank 0 (the
+  // constraint lives in its process).
+  std::shared_ptr<TokenConstraint> constraint;
   // Data-parallel engines (EngineInfo::dp_size > 1): the rank that must run this request
   // (HTTP header X-Data-Parallel-Rank); -1: the least loaded rank.
   int dp_rank = -1;
@@ -116,6 +141,10 @@ struct EngineStats {
   int64_t prefix_cache_blocks = 0;     // blocks the cache holds (some also read by sequences)
   int64_t prefix_cache_snapshots = 0;  // state slots holding a snapshot
   int64_t prefix_cache_evictions = 0;  // entries dropped to give blocks or slots back
+  // Structured output: time spent computing token masks (on the mask thread, overlapped with
+  // the forward) and time the engine thread waited for them after its forward.
+  double mask_seconds_total = 0.0;
+  double mask_wait_seconds_total = 0.0;
   // Data-parallel engines: each rank's queues, in rank order (the fields above sum over ranks).
   // Empty on a single-rank engine.
   struct RankLoad {

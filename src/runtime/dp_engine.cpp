@@ -47,6 +47,10 @@ std::vector<std::shared_ptr<RequestStream>> DpEngine::submit_all(std::vector<Gen
     if (req.id.empty()) req.id = "req-" + std::to_string(auto_id_.fetch_add(1));
   std::lock_guard<std::mutex> lk(fmu_);
   int r = reqs.empty() ? -1 : reqs[0].dp_rank;
+  // A constraint (structured output) is an object of this process: it cannot travel to
+  // another rank, so constrained requests run here, on rank 0 (route_locked refuses a pin
+  // elsewhere).
+  if (!reqs.empty() && reqs[0].constraint) r = 0;
   if (r < 0 || r >= size_) {
     r = 0;
     for (int i = 1; i < size_; ++i)
@@ -64,7 +68,11 @@ std::shared_ptr<RequestStream> DpEngine::route_locked(GenRequest req, int r) {
     return failed(req.id, str_cat("dp_rank ", req.dp_rank, " is outside [0, ", size_, ")"), n_prompt);
   if (front_closed_ || stop_requested_) return failed(req.id, "engine shut down", n_prompt);
   if (owners_.count(req.id)) return failed(req.id, str_cat("request id '", req.id, "' is already in flight"), n_prompt);
-  if (req.dp_rank >= 0) r = req.dp_rank;
+  if (req.constraint && req.dp_rank > 0)
+    return failed(req.id, str_cat("structured output runs on data-parallel rank 0 only; X-Data-Parallel-Rank ",
+                                  req.dp_rank, " cannot take it"), n_prompt);
+  if (req.constraint) r = 0;
+  else if (req.dp_rank >= 0) r = req.dp_rank;
   auto stream = std::make_shared<Stream>(req.id);
   owners_[req.id] = {r, stream};
   ++sent_[size_t(r)];
@@ -128,6 +136,8 @@ EngineStats DpEngine::stats() const {
     t.prefix_cache_blocks += s.prefix_cache_blocks;
     t.prefix_cache_snapshots += s.prefix_cache_snapshots;
     t.prefix_cache_evictions += s.prefix_cache_evictions;
+    t.mask_seconds_total += s.mask_seconds_total;
+    t.mask_wait_seconds_total += s.mask_wait_seconds_total;
   }
   t.kv_usage = t.kv_blocks_total ? double(t.kv_blocks_used) / double(t.kv_blocks_total) : 0.0;
   return t;

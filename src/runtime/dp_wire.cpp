@@ -189,6 +189,8 @@ void put_stats(Writer& w, const EngineStats& s) {
                     s.forks, s.prefix_cache_blocks, s.prefix_cache_snapshots, s.prefix_cache_evictions})
     w.pod(v);
   w.pod(s.kv_usage);
+  w.pod(s.mask_seconds_total);
+  w.pod(s.mask_wait_seconds_total);
 }
 
 EngineStats get_stats(Reader& rd) {
@@ -202,6 +204,8 @@ EngineStats get_stats(Reader& rd) {
                      &s.forks, &s.prefix_cache_blocks, &s.prefix_cache_snapshots, &s.prefix_cache_evictions})
     *v = rd.pod<int64_t>();
   s.kv_usage = rd.pod<double>();
+  s.mask_seconds_total = rd.pod<double>();
+  s.mask_wait_seconds_total = rd.pod<double>();
   return s;
 }
 

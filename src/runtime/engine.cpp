@@ -2,19 +2,21 @@
 // model; submit()/cancel() only push commands onto a locked queue.
 //
 // A step: drain commands -> schedule (token budget, preemption, prefix-cache hits) -> copies
-// (copy-on-write, snapshot restores) -> build the StepBatch -> Model::forward -> record
-// snapshots, fork the followers of prompts just computed (their copies) -> sample each logits row
-// -> commit (append, stop checks, free) -> push outputs to the streams -> publish stats.
+// (copy-on-write, snapshot restores) -> build the StepBatch -> [structured output: start the
+// token masks on the mask worker] -> Model::forward -> record snapshots, fork the followers of
+// prompts just computed (their copies) -> [wait for the masks] -> sample each logits row ->
+// commit (append, stop checks, free) -> push outputs to the streams -> publish stats.
 //
 // Fork: a request whose prompt equals that of a request in flight that has not produced a token
 // yet (the n choices of one API request, submitted together) follows it instead of queueing.
 // When the leader's prompt is computed, each follower gets the leader's blocks (shared) and a
-// copy of its slot, and samples its first token from the leader's logits with its own sampling
-// and seed; from then on it is an ordinary running sequence (copy-on-write of the shared partial
-// block at its first write). So the prompt is computed once and each choice gives what it would
-// give alone. A follower that cannot be forked (max_num_seqs, slots) just queues.
+// copy of its slot, and samples its first token from the leader's logits with its own sampling,
+// seed and constraint; from then on it is an ordinary running sequence (copy-on-write of the
+// shared partial block at its first write). So the prompt is computed once and each choice gives
+// what it would give alone. A follower that cannot be forked (max_num_seqs, slots) just queues.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <random>
 #include <span>
@@ -25,6 +27,7 @@
 #include "runtime/engine_internal.h"
 #include "runtime/kv_manager.h"
 #include "runtime/prefix_cache.h"
+#include "runtime/mask_worker.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
@@ -77,8 +80,13 @@ class EngineImpl final : public Engine {
   void handle(Command& c);
   std::string validate(const GenRequest& r) const;
   bool step();
-  void sample_and_commit(Sequence* s, std::span<const float> logits);
+  // mask: the allowed tokens of a constrained row, computed during the forward; null for an
+  // unconstrained row, or for a forked follower, whose first mask is computed here.
+  void sample_and_commit(Sequence* s, std::span<const float> logits, std::vector<uint64_t>* mask);
   void run_copies(const std::vector<CopyOp>& ops);
+  // The allowed tokens of a constrained row: the constraint's mask plus EOS/stop tokens when
+  // its output is complete. False when nothing is allowed (the sequence is then finished).
+  bool finish_mask(Sequence* s, std::vector<uint64_t>& mask);
   void commit(Sequence* s, const SampleResult& r);
   Sequence* fork_leader(const Sequence& s) const;
   void release(Sequence* s);  // out of the scheduler, the fork links and live_ (destroys s)
@@ -103,6 +111,8 @@ class EngineImpl final : public Engine {
   int64_t prompt_computed_ = 0, prompt_cached_ = 0, forks_ = 0;
   std::vector<Sequence*> open_leaders_;  // no token yet, not a follower: whom a new request may follow
   int n_followers_ = 0;
+  double mask_seconds_ = 0.0, mask_wait_seconds_ = 0.0;
+  MaskWorker mask_worker_;  // structured output: masks computed while the model runs
   // Shared with other threads.
   std::mutex mu_;
   std::condition_variable cv_;
@@ -280,6 +290,7 @@ void EngineImpl::handle(Command& c) {
   s->prompt_len = s->len();
   s->sampling = std::move(r.sampling);
   s->stop = std::move(r.stop);
+  s->constraint = std::move(r.constraint);
   // Drawn for every request, in arrival order, so the engine's generator state depends only on
   // the order of submissions.
   const uint64_t drawn = seed_gen_();
@@ -355,15 +366,28 @@ void EngineImpl::commit(Sequence* s, const SampleResult& r) {
   if (done) release(s);
 }
 
-void EngineImpl::sample_and_commit(Sequence* s, std::span<const float> lrow) {
+void EngineImpl::sample_and_commit(Sequence* s, std::span<const float> lrow, std::vector<uint64_t>* mask) {
   if (s->num_generated() == 0) {  // its prompt is done: where its state came from
     prompt_cached_ += std::max(s->cached_tokens, 0);
     prompt_computed_ += s->prompt_len - std::max(s->cached_tokens, 0);
   }
+  std::vector<uint64_t> own;  // [ceil(vocab / 64)] a forked follower's first mask
+  if (s->constraint && !mask) {
+    own.assign((lrow.size() + 63) / 64, 0);
+    s->constraint->fill_mask(own, s->stop.max_tokens - s->num_generated() - 1);
+    mask = &own;
+  }
+  if (s->constraint && !finish_mask(s, *mask)) return;
   std::span<const int32_t> all(s->tokens);
-  const std::vector<int32_t> banned = min_tokens_ban(*s);
+  // A constrained row's mask already holds allowed_token_ids and the min_tokens ban.
+  const std::vector<int32_t> banned = s->constraint ? std::vector<int32_t>{} : min_tokens_ban(*s);
+  const std::span<const uint64_t> allowed = mask ? std::span<const uint64_t>(*mask) : std::span<const uint64_t>();
   SampleResult r = sample_token(lrow, s->sampling, all.first(s->prompt_len), all.subspan(s->prompt_len), s->seed,
-                                s->len(), opts_.logprobs_mode, banned);
+                                s->len(), opts_.logprobs_mode, banned, allowed);
+  const auto& stops = s->stop.stop_token_ids;
+  const bool ends = (!s->stop.ignore_eos && r.token == info_.eos_token_id) ||
+                    std::find(stops.begin(), stops.end(), r.token) != stops.end();
+  if (s->constraint && !ends) s->constraint->advance(r.token);
   commit(s, r);
 }
 
@@ -415,8 +439,29 @@ bool EngineImpl::step() {
     batch.seqs.push_back(std::move(sc));
     batch.tokens.insert(batch.tokens.end(), c.seq->tokens.begin() + c.start, c.seq->tokens.begin() + c.start + c.n_tokens);
   }
+  // Structured output: each constrained row's mask depends only on the tokens sampled so far,
+  // so it is computed on the mask worker while the model runs.
+  const size_t vocab = size_t(info_.vocab_size);
+  std::vector<std::vector<uint64_t>> masks(sch.chunks.size());  // [chunk][ceil(vocab / 64)]
+  std::vector<size_t> constrained;                               // chunk indices
+  for (size_t k = 0; k < sch.chunks.size(); ++k)
+    if (sch.chunks[k].sample && sch.chunks[k].seq->constraint) {
+      constrained.push_back(k);
+      masks[k].assign((vocab + 63) / 64, 0);
+    }
+  double mask_seconds = 0.0;
+  if (!constrained.empty())
+    mask_worker_.start([&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (size_t k : constrained) {
+        Sequence* s = sch.chunks[k].seq;
+        s->constraint->fill_mask(masks[k], s->stop.max_tokens - s->num_generated() - 1);
+      }
+      mask_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
   std::vector<float> logits;  // [rows, vocab] f32
   std::vector<std::vector<Sequence*>> forked(sch.chunks.size());  // per chunk: followers forked from it
+  std::string failure;
   try {
     run_copies(sch.copies);
     model_->forward(batch, &logits);
@@ -444,14 +489,22 @@ bool EngineImpl::step() {
     }
     run_copies(post);
   } catch (const std::exception& e) {
-    if (hook_) hook_->fatal(str_cat("model step failed: ", e.what()));
-    for (const ScheduledChunk& c : sch.chunks) finish(c.seq, FinishReason::Error, str_cat("model step failed: ", e.what()));
+    failure = e.what();
+  }
+  if (!constrained.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    mask_worker_.wait();  // before anything returns: the job refers to this frame
+    mask_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    mask_seconds_ += mask_seconds;
+  }
+  if (!failure.empty()) {
+    if (hook_) hook_->fatal(str_cat("model step failed: ", failure));
+    for (const ScheduledChunk& c : sch.chunks) finish(c.seq, FinishReason::Error, str_cat("model step failed: ", failure));
     for (auto& fs : forked)
-      for (Sequence* f : fs) finish(f, FinishReason::Error, str_cat("model step failed: ", e.what()));
+      for (Sequence* f : fs) finish(f, FinishReason::Error, str_cat("model step failed: ", failure));
     return true;
   }
   ++steps_;
-  const size_t vocab = size_t(info_.vocab_size);
   size_t row = 0;
   for (size_t i = 0; i < sch.chunks.size(); ++i) {
     const ScheduledChunk& c = sch.chunks[i];
@@ -459,8 +512,8 @@ bool EngineImpl::step() {
     DIL_CHECK((row + 1) * vocab <= logits.size(), "model returned ", logits.size(), " logits for row ", row);
     std::span<const float> lrow(logits.data() + row * vocab, vocab);
     ++row;
-    sample_and_commit(c.seq, lrow);  // may destroy c.seq
-    for (Sequence* f : forked[i]) sample_and_commit(f, lrow);
+    sample_and_commit(c.seq, lrow, c.seq->constraint ? &masks[i] : nullptr);  // may destroy c.seq
+    for (Sequence* f : forked[i]) sample_and_commit(f, lrow, nullptr);
   }
   return true;
 }
@@ -472,6 +525,40 @@ void EngineImpl::run_copies(const std::vector<CopyOp>& ops) {
   for (const CopyOp& op : ops)
     cc.push_back({op.kind == CopyOp::Kind::Block ? CacheCopy::Kind::Block : CacheCopy::Kind::Slot, op.src, op.dst});
   model_->copy_cache(cc);
+}
+
+bool EngineImpl::finish_mask(Sequence* s, std::vector<uint64_t>& mask) {
+  const int32_t vocab = info_.vocab_size;
+  auto allow = [&](int32_t t) {
+    if (t >= 0 && t < vocab) mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+  };
+  auto forbid = [&](int32_t t) {
+    if (t >= 0 && t < vocab) mask[size_t(t) / 64] &= ~(uint64_t(1) << (t % 64));
+  };
+  // Tokens that end the request end it exactly when the output is complete.
+  const bool complete = s->constraint->accepting();
+  if (!s->stop.ignore_eos) complete ? allow(info_.eos_token_id) : forbid(info_.eos_token_id);
+  for (int32_t t : s->stop.stop_token_ids) complete ? allow(t) : forbid(t);
+  // allowed_token_ids and min_tokens narrow the grammar's choice here, so that the sampler
+  // never meets an empty intersection.
+  const auto& only = s->sampling.allowed_token_ids;
+  if (!only.empty()) {
+    std::vector<uint64_t> keep(mask.size(), 0);
+    for (int32_t t : only)
+      if (t >= 0 && t < vocab) keep[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+    for (size_t w = 0; w < mask.size(); ++w) mask[w] &= keep[w];
+  }
+  const auto any = [&] { return std::any_of(mask.begin(), mask.end(), [](uint64_t w) { return w != 0; }); };
+  // The ban yields when it would leave nothing (as min_tokens_ban does for allowed_token_ids):
+  // then only EOS/stop ids of a complete output remain, and the output cannot grow anyway.
+  const std::vector<uint64_t> unbanned = mask;
+  for (int32_t t : min_tokens_ban(*s)) forbid(t);
+  if (!any()) mask = unbanned;
+  if (any()) return true;
+  // Nothing may follow: a complete output ends as if stopped; otherwise the grammar is stuck.
+  if (complete) finish(s, FinishReason::Stop);
+  else finish(s, FinishReason::Error, "structured output: no token of the vocabulary (or of allowed_token_ids) can continue the required format");
+  return false;
 }
 
 void EngineImpl::publish_stats() {
@@ -497,6 +584,8 @@ void EngineImpl::publish_stats() {
   st.prefix_cache_blocks = kv_->cached_blocks();
   st.prefix_cache_snapshots = kv_->snapshot_slots();
   st.prefix_cache_evictions = cache_ ? cache_->evictions() : 0;
+  st.mask_seconds_total = mask_seconds_;
+  st.mask_wait_seconds_total = mask_wait_seconds_;
   std::lock_guard<std::mutex> lk(stats_mu_);
   stats_ = st;
 }

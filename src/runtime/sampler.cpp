@@ -105,13 +105,24 @@ void apply_filters(std::vector<float>& x, const SamplingParams& sp) {
 
 SampleResult sample_token(std::span<const float> logits, const SamplingParams& sp, std::span<const int32_t> prompt,
                           std::span<const int32_t> output, uint64_t seed, int64_t position, LogprobsMode mode,
-                          std::span<const int32_t> banned) {
+                          std::span<const int32_t> banned, std::span<const uint64_t> allowed) {
   const int32_t vocab = int32_t(logits.size());
   DIL_CHECK(vocab > 0, "empty logits row");
+  DIL_CHECK(allowed.empty() || allowed.size() == (size_t(vocab) + 63) / 64, "mask of ", allowed.size(),
+            " words for ", vocab, " logits");
   std::vector<float> raw_lp;
   if (sp.logprobs >= 0 && mode == LogprobsMode::Raw) raw_lp = log_softmax(logits);
 
   std::vector<float> x(logits.begin(), logits.end());  // [vocab] f32, processed in place
+  if (!allowed.empty()) {
+    bool any = false;
+    for (int32_t t = 0; t < vocab; ++t) {
+      const bool ok = (allowed[size_t(t) / 64] >> (t % 64)) & 1;
+      if (!ok) x[t] = kNegInf;
+      any = any || ok;
+    }
+    DIL_CHECK(any, "sample_token: the mask allows no token");
+  }
   if (!sp.allowed_token_ids.empty()) {
     std::vector<float> kept(size_t(vocab), kNegInf);  // [vocab] f32
     for (int32_t t : sp.allowed_token_ids)

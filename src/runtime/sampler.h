@@ -3,6 +3,7 @@
 //
 // Order of processing (vLLM v1 `Sampler.forward`, docs.vllm.ai vllm.v1.sample.sampler):
 //  1. raw logprobs = log_softmax(model logits)                 (what logprobs report by default)
+//  1b. allowed-token mask (structured output): logits[t] = -inf where the bit is clear
 //  2. allowed_token_ids (every other token -inf), logit bias: logits[t] += bias[t], then the
 //     `banned` tokens -inf (the engine bans EOS and stop ids before min_tokens)
 //  3. penalties (OpenAI / vLLM semantics):
@@ -32,10 +33,12 @@ struct SampleResult {
 };
 
 // `logits` [vocab] f32. `position`: the absolute position the sampled token will occupy (its
-// index in prompt + output). `n_logprobs`: SamplingParams::logprobs (-1 none).
+// index in prompt + output). `banned`: ids set to -inf after the bias. `allowed`: empty, or
+// [ceil(vocab / 64)] words with bit t set for each token that may be sampled (the engine
+// leaves at least one that allowed_token_ids and `banned` keep too).
 SampleResult sample_token(std::span<const float> logits, const SamplingParams& sp, std::span<const int32_t> prompt,
                           std::span<const int32_t> output, uint64_t seed, int64_t position, LogprobsMode mode,
-                          std::span<const int32_t> banned = {});
+                          std::span<const int32_t> banned = {}, std::span<const uint64_t> allowed = {});
 
 // Temperature under which sampling is greedy (vLLM's _SAMPLING_EPS).
 inline constexpr float kGreedyTemperature = 1e-5f;

@@ -20,6 +20,7 @@ struct Sequence {
   int num_computed = 0;          // leading tokens whose state is in the cache
   SamplingParams sampling;
   StopParams stop;
+  std::shared_ptr<TokenConstraint> constraint;  // structured output, or null
   uint64_t seed = 0;             // the request's seed or one drawn from the engine's generator
   Status status = Status::Waiting;
   int preemptions = 0;

@@ -169,6 +169,12 @@ std::string Metrics::render(const EngineStats& e, const HttpGauges& h) const {
   sample(&o, "dil:forks_total", L, double(e.forks));
   header(&o, "dil:engine_steps_total", "counter", "Engine steps run.");
   sample(&o, "dil:engine_steps_total", L, double(e.steps));
+  header(&o, "dil:structured_output_mask_seconds_total", "counter",
+         "Time computing structured-output token masks (overlapped with the model's forward).");
+  sample(&o, "dil:structured_output_mask_seconds_total", L, e.mask_seconds_total);
+  header(&o, "dil:structured_output_wait_seconds_total", "counter",
+         "Time the engine waited for structured-output masks after its forward.");
+  sample(&o, "dil:structured_output_wait_seconds_total", L, e.mask_wait_seconds_total);
   if (!e.dp_ranks.empty()) {
     header(&o, "dil:dp_rank_requests_running", "gauge", "Requests running on each data-parallel rank.");
     for (size_t r = 0; r < e.dp_ranks.size(); ++r)

@@ -335,7 +335,7 @@ Json normalize_messages(const Json& messages) {
   return out;
 }
 
-void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions* o, bool allow_response_format) {
+void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions* o) {
   bool thinking = d.thinking;
   Json effort;
   if (const Json* v = field(j, "thinking")) read_thinking_value(*v, "thinking", &thinking);
@@ -358,13 +358,9 @@ void parse_chat_options(const Json& j, const ServerDefaults& d, tok::ChatOptions
     if (!v->is_object()) bad("response_format", "'response_format' must be an object");
     std::string type;
     read_string(*v, "type", &type);
-    if (allow_response_format && type != "text") o->response_format = *v;
-    else if (type != "text")
-      throw ApiError(400,
-                     "response_format '" + type +
-                         "' is not supported yet: this server has no structured (constrained) "
-                         "output; send {\"type\": \"text\"} or leave it out",
-                     "response_format", "unsupported_response_format");
+    // The official encoders write the format into the system prompt; generation also enforces
+    // it (parse_output_format, structured.h).
+    if (type != "text") o->response_format = *v;
   }
   if (const Json* v = field(j, "tools")) {
     if (!v->is_array()) bad("tools", "'tools' must be an array");
@@ -393,6 +389,8 @@ ChatRequest parse_chat_request(const Json& j, const ServerDefaults& d, int64_t v
   if (!j.contains("messages")) bad("messages", "'messages' is required");
   r.messages = normalize_messages(j["messages"]);
   parse_chat_options(j, d, &r.chat);
+  r.format = parse_output_format(j);
+  read_bool(j, "parallel_tool_calls", &r.parallel_tool_calls);
   if (const Json* v = field(j, "tool_choice")) {
     if (v->is_string()) {
       r.tool_choice = v->get<std::string>();
@@ -408,19 +406,28 @@ ChatRequest parse_chat_request(const Json& j, const ServerDefaults& d, int64_t v
   if (r.tool_choice != "none" && r.tool_choice != "auto" && r.chat.tools.is_null())
     bad("tool_choice", "'tool_choice' " + r.tool_choice + " needs 'tools'");
   if (r.tool_choice == "function") {
-    bool known = false;
-    for (const auto& t : r.chat.tools) known |= t["function"]["name"] == r.tool_choice_name;
-    if (!known) bad("tool_choice", "tool_choice names '" + r.tool_choice_name + "', which is not in 'tools'");
+    // Only the named tool is offered to the model (the grammar forces a call of it).
+    auto only = decltype(r.chat.tools)::array();
+    for (const auto& t : r.chat.tools)
+      if (t["function"]["name"] == r.tool_choice_name) only.push_back(t);
+    if (only.empty()) bad("tool_choice", "tool_choice names '" + r.tool_choice_name + "', which is not in 'tools'");
+    r.chat.tools = only;
   }
-  // Forcing a call (required, or a named function) needs constrained decoding (issue 23);
-  // offering the tools and hoping would silently answer without the call.
-  if (r.tool_choice == "required" || r.tool_choice == "function")
+  // Only a grammar can hold the model to one call: tool_choice required (and a named function,
+  // one call by definition), or auto next to a response format (structured.cpp). Plain auto
+  // lets the model write as many calls as it likes, so false cannot be enforced there.
+  const bool offered = !r.chat.tools.is_null() && !r.chat.tools.empty() && r.tool_choice != "none";
+  const bool constrained = r.tool_choice == "required" || r.tool_choice == "function" ||
+                           r.format.kind != OutputFormat::Kind::Text;
+  if (!r.parallel_tool_calls && offered && !constrained)
     throw ApiError(400,
-                   "tool_choice '" + (r.tool_choice == "function" ? r.tool_choice_name : r.tool_choice) +
-                       "' is not supported yet: forcing a tool call needs structured (constrained) output; send "
-                       "\"auto\" or \"none\"",
-                   "tool_choice", "unsupported_parameter");
-  if (r.tool_choice == "none") r.chat.tools = Json();  // nothing to call: do not offer tools
+                   "'parallel_tool_calls' false is only enforced when the tool call is constrained: send "
+                   "tool_choice \"required\" or a named function, or a response format",
+                   "parallel_tool_calls", "unsupported_parameter");
+  if (r.tool_choice == "none") {
+    r.tools_withheld = !r.chat.tools.is_null();
+    r.chat.tools = Json();  // nothing to call: do not offer tools
+  }
   read_bool(j, "logprobs", &r.logprobs);
   int64_t top = -1;
   read_int(j, "top_logprobs", 0, 20, &top);
@@ -461,19 +468,13 @@ CompletionRequest parse_completion_request(const Json& j, int64_t vocab) {
     bad("prompt", "'prompt' must be a non-empty string, an array of strings, token ids or arrays of token ids");
   }
   read_bool(j, "echo", &r.echo);
+  r.format = parse_output_format(j);
   int64_t lp = -1;
   read_int(j, "logprobs", 0, 20, &lp);
   r.gen.sampling.logprobs = int(lp);
   if (r.echo && lp >= 0) bad("echo", "'echo' together with 'logprobs' (prompt logprobs) is not supported");
   if (const Json* s = field(j, "suffix"); s && !(s->is_string() && s->get<std::string>().empty()))
     bad("suffix", "'suffix' is not supported");
-  if (const Json* v = field(j, "response_format")) {
-    std::string type;
-    if (v->is_object()) read_string(*v, "type", &type);
-    if (type != "text")
-      throw ApiError(400, "response_format is not supported yet: this server has no structured (constrained) output",
-                     "response_format", "unsupported_response_format");
-  }
   return r;
 }
 

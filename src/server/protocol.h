@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dil/engine.h"
+#include "server/output_format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dil::server {
@@ -61,7 +62,10 @@ struct ChatRequest {
   tok::ChatOptions chat;
   std::string tool_choice = "auto";  // none | auto | required | function (named)
   std::string tool_choice_name;      // the named function
+  bool tools_withheld = false;       // tool_choice none: tools were sent but are not offered
+  bool parallel_tool_calls = true;
   bool logprobs = false;             // chat's bool; top count is gen.sampling.logprobs
+  OutputFormat format;               // structured output (structured.h)
 };
 
 struct CompletionPrompt {
@@ -73,6 +77,7 @@ struct CompletionRequest {
   GenParams gen;
   std::vector<CompletionPrompt> prompts;
   bool echo = false;
+  OutputFormat format;  // structured output (structured.h)
 };
 
 ChatRequest parse_chat_request(const Json& body, const ServerDefaults& d, int64_t vocab_size);
@@ -80,10 +85,9 @@ CompletionRequest parse_completion_request(const Json& body, int64_t vocab_size)
 
 // Shared by /v1/chat/completions and /tokenize: messages and the thinking/effort/tools fields.
 Json normalize_messages(const Json& messages);
-// allow_response_format: /tokenize renders a schema into the prompt (inspection); generation
-// endpoints refuse it until constrained decoding exists.
-void parse_chat_options(const Json& body, const ServerDefaults& d, tok::ChatOptions* o,
-                        bool allow_response_format = false);
+// response_format goes into ChatOptions (the encoders render it into the system prompt);
+// parse_output_format checks it.
+void parse_chat_options(const Json& body, const ServerDefaults& d, tok::ChatOptions* o);
 
 // Field readers: absent or null -> false (value untouched); wrong type/range -> ApiError 400.
 bool read_int(const Json& j, const char* key, int64_t lo, int64_t hi, int64_t* out);

@@ -15,18 +15,16 @@ struct Unsupported {
   bool chat, completion, tokenize;
 };
 
-// Structured (constrained) output: issue 23 implements these; until then they are refused.
-constexpr const char* kNoGrammar = "structured (constrained) output is not implemented yet";
-
+// Structured output (structured_protocol.cpp) reads response_format, guided_json,
+// guided_regex, guided_choice and structured_outputs, and refuses guided_grammar and
+// guided_whitespace_pattern itself (naming what it does support). What is left here is
+// structured output this server's grammar engine does not offer.
 constexpr Unsupported kTable[] = {
-    {"guided_json", Noop::Never, kNoGrammar, true, true, false},
-    {"guided_regex", Noop::Never, kNoGrammar, true, true, false},
-    {"guided_choice", Noop::Never, kNoGrammar, true, true, false},
-    {"guided_grammar", Noop::Never, kNoGrammar, true, true, false},
-    {"guided_decoding_backend", Noop::Never, kNoGrammar, true, true, false},
-    {"guided_whitespace_pattern", Noop::Never, kNoGrammar, true, true, false},
-    {"structured_outputs", Noop::Never, kNoGrammar, true, true, false},
-    {"structural_tag", Noop::Never, kNoGrammar, true, true, false},
+    {"guided_decoding_backend", Noop::Never,
+     "structured output always runs on this server's own grammar engine; leave the field out", true, true, false},
+    {"structural_tag", Noop::Never,
+     "structural tags are not implemented (structured output takes json, regex, choice or json_object)", true, true,
+     false},
     {"prompt_logprobs", Noop::Never, "prompt logprobs are not computed (the engine samples the last position only)",
      true, true, false},
     {"use_beam_search", Noop::False, "beam search is not implemented", true, true, false},
@@ -54,7 +52,6 @@ constexpr Unsupported kTable[] = {
     {"functions", Noop::Empty, "the deprecated 'functions' field is not supported; send 'tools'", true, false, false},
     {"function_call", Noop::Never, "the deprecated 'function_call' field is not supported; send 'tool_choice'", true,
      false, false},
-    {"parallel_tool_calls", Noop::Never, "parallel_tool_calls=false cannot be enforced", true, false, false},
     {"verbosity", Noop::Never, "verbosity is not supported", true, false, false},
 };
 
@@ -79,8 +76,6 @@ void refuse_unsupported_fields(const Json& body, Endpoint e) {
     if (!here) continue;
     auto it = body.find(u.field);
     if (it == body.end() || it->is_null()) continue;
-    // parallel_tool_calls: true is what the server does anyway.
-    if (std::string_view(u.field) == "parallel_tool_calls" && it->is_boolean() && it->get<bool>()) continue;
     if (is_noop(*it, u.noop)) continue;
     throw ApiError(400, std::string("'") + u.field + "' is not supported by this server: " + u.why, u.field,
                    "unsupported_parameter");

@@ -190,6 +190,16 @@ void stream_response(http::Response& res, std::shared_ptr<StreamState> st, const
 
 }  // namespace
 
+void Server::Core::constrain(const StructuredSpec& s, std::vector<ChoiceSpec>* specs) {
+  std::shared_ptr<const grammar::CompiledGrammar> g = grammars.get(s);
+  // Two allow-lists rarely meet: the engine would find no common token mid-answer and end the
+  // request with an error (a 500), so the contradiction is the client's 400 up front.
+  if (g && !specs->empty() && !specs->front().request.sampling.allowed_token_ids.empty())
+    throw ApiError(400, "'allowed_token_ids' cannot be combined with structured output (a grammar decides the tokens)",
+                   "allowed_token_ids", "unsupported_parameter");
+  for (ChoiceSpec& c : *specs) c.request.constraint = make_constraint(g);  // a matcher per choice
+}
+
 void Server::Core::chat(const http::Request& req, http::Response& res) {
   const Json body = parse_body(req.body);
   ChatRequest cr = parse_chat_request(body, opts.defaults, vocab);
@@ -219,9 +229,20 @@ void Server::Core::chat(const http::Request& req, http::Response& res) {
   cfg.chat = true;
   cfg.thinking = cr.chat.thinking_mode == "thinking";
   cfg.parse_tools = !cr.chat.tools.is_null();
-  admit(cr.gen.n);
+  StructuredSpec ss;
+  ss.format = cr.format;
+  ss.chat = true;
+  ss.thinking = cfg.thinking;
+  ss.prompt_format = format;
+  ss.tool_choice = cr.tool_choice;
+  ss.tool_name = cr.tool_choice_name;
+  ss.tools = cr.chat.tools;
+  ss.parallel_tool_calls = cr.parallel_tool_calls;
+  ss.has_tools_for_none = cr.tools_withheld;
   std::vector<ChoiceSpec> specs;
   add_choices(&specs, base, cfg, cr.gen.n, 0);
+  constrain(ss, &specs);  // before admit: a schema that cannot compile is the client's 400
+  admit(cr.gen.n);
   auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "chatcmpl-" + random_hex(24), std::move(specs),
                                           &live);
   ResponseMeta meta{cr.gen.request_id.empty() ? gen->id() : "chatcmpl-" + cr.gen.request_id, gen->created(),
@@ -297,6 +318,9 @@ void Server::Core::completions(const http::Request& req, http::Response& res) {
     for (int i = 0; i < cr.gen.n; ++i)
       echo.push_back(cr.echo ? (pr.is_text ? pr.text : tok.decode(pr.ids)) : std::string());
   }
+  StructuredSpec ss;
+  ss.format = cr.format;
+  constrain(ss, &specs);
   admit(int(specs.size()));
   const size_t n_choices = specs.size();
   auto gen = std::make_shared<Generation>(engine, metrics, tok, format, "cmpl-" + random_hex(24), std::move(specs),

@@ -19,7 +19,7 @@ void Server::Core::tokenize(const http::Request& req, http::Response& res) {
       throw ApiError(400, "send either 'prompt' or 'messages', not both", "prompt");
     const Json messages = normalize_messages(body["messages"]);
     tok::ChatOptions o;
-    parse_chat_options(body, opts.defaults, &o, /*allow_response_format=*/true);
+    parse_chat_options(body, opts.defaults, &o);
     bool add_special = false;  // the rendered prompt has its BOS
     read_bool(body, "add_special_tokens", &add_special);
     try {

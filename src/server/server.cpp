@@ -73,7 +73,9 @@ http::HttpConfig http_config(const ServerOptions& o) {
 }  // namespace
 
 Server::Core::Core(Engine& e, const tok::Tokenizer& t, tok::PromptFormat f, ServerOptions o)
-    : engine(e), tok(t), format(f), opts(std::move(o)), metrics(opts.model_name), http(http_config(opts)) {
+    : engine(e), tok(t), format(f), opts(std::move(o)), metrics(opts.model_name), http(http_config(opts)),
+      // Masks cover the model's logits row: as many ids as the engine has.
+      grammars(t, e.info().vocab_size > 0 ? e.info().vocab_size : t.vocab_size()) {
   opts.defaults.format = f;
   vocab = t.vocab_size();
   if (e.info().vocab_size > 0) vocab = std::min<int64_t>(vocab, e.info().vocab_size);

@@ -10,6 +10,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/server.h"
+#include "server/structured.h"
 
 namespace dil::server {
 
@@ -22,6 +23,7 @@ struct Server::Core {
   LiveRequests live;  // engine ids of running choices (shutdown aborts them)
   http::HttpServer http;
   int64_t vocab = 0;  // ids a client may send: below both the tokenizer's and the model's size
+  GrammarCache grammars;  // structured output, by what each grammar depends on
 
   // Graceful shutdown: new requests get 503 and /health is not ready while running ones
   // finish (up to opts.shutdown_timeout_s); then the rest are aborted.
@@ -44,6 +46,8 @@ struct Server::Core {
   // Fills max_tokens from the context left, or 400 with the counts when it does not fit.
   void fit_context(GenParams* g, int prompt_tokens, const std::string& param) const;
   void admit(int n) const;  // 429 when over the concurrency limit (reject mode)
+  // One fresh constraint per choice of `specs` (none when `s` constrains nothing).
+  void constrain(const StructuredSpec& s, std::vector<ChoiceSpec>* specs);
   // The X-Data-Parallel-Rank header (vLLM's name): the rank that must run the request, -1 when
   // absent; 400 when it is not an integer in [0, dp_size).
   int dp_rank(const http::Request& req) const;

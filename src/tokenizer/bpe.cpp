@@ -160,10 +160,12 @@ BpeModel::BpeModel(const std::string& path) {
   tokens_.assign(max_id + 1, "");
   bytes_.assign(max_id + 1, "");
   special_.assign(max_id + 1, 0);
+  added_flag_.assign(max_id + 1, 0);
   for (const auto& [tok, id] : vocab_) tokens_[id] = tok;
   for (const auto& a : added_) {
     tokens_[a.id] = a.content;
     special_[a.id] = a.special;
+    added_flag_[a.id] = 1;
   }
 
   // ByteLevel decoding of every token; tokens with a char outside the table keep their UTF-8

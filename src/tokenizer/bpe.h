@@ -68,6 +68,7 @@ class BpeModel {
   const std::string& id_to_token(int32_t id) const;  // "" if unknown
   const std::string& token_bytes(int32_t id) const;  // byte-level decoded bytes
   bool is_special(int32_t id) const { return id >= 0 && id < (int32_t)special_.size() && special_[id]; }
+  bool is_added(int32_t id) const { return id >= 0 && id < (int32_t)added_flag_.size() && added_flag_[id]; }
   int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
 
  private:
@@ -84,6 +85,7 @@ class BpeModel {
   std::vector<std::string> tokens_;                 // id -> token string
   std::vector<std::string> bytes_;                  // id -> bytes after ByteLevel decoding
   std::vector<uint8_t> special_;                    // id -> is special
+  std::vector<uint8_t> added_flag_;                 // id -> is an added token (matched before BPE)
   int32_t byte_id_[256];                            // byte -> id of its single-char token
   // (left id << 32 | right id) -> (rank << 32 | merged id)
   MergeTable merges_;

@@ -42,6 +42,7 @@ int32_t Tokenizer::token_to_id(std::string_view tok) const { return m_->token_to
 std::string Tokenizer::id_to_token(int32_t id) const { return m_->id_to_token(id); }
 int64_t Tokenizer::vocab_size() const { return m_->vocab_size(); }
 bool Tokenizer::is_special(int32_t id) const { return m_->is_special(id); }
+bool Tokenizer::is_added(int32_t id) const { return m_->is_added(id); }
 
 // ---------------------------------------------------------------------------------------------
 

@@ -29,6 +29,8 @@ class Tokenizer {
   std::string id_to_token(int32_t id) const;        // the vocab string ("" if out of range)
   int64_t vocab_size() const;                       // incl. added tokens: max id + 1
   bool is_special(int32_t id) const;
+  // An added token (special or not: chat markup such as <｜User｜>), not a BPE merge result.
+  bool is_added(int32_t id) const;
   const BpeModel& model() const { return *m_; }
 
  private:

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "dist/tcp_communicator.h"
+#include "alternating_constraint.h"
 #include "dist_util.h"
 #include "engine_harness.h"
 #include "fake_model.h"
@@ -113,6 +114,8 @@ TEST(DpWire, ReportRoundTrip) {
   s.kv_slots_used = 13;
   s.kv_bytes_total = int64_t(1) << 40;
   s.kv_bytes_used = 15;
+  s.mask_seconds_total = 0.125;
+  s.mask_wait_seconds_total = 0.0625;
   GenOutput tok;
   tok.tokens = {{5, -0.25f, {{5, -0.25f}, {6, -1.5f}}}, {7, -3.0f, {}}};
   tok.prompt_tokens = 4;
@@ -145,6 +148,8 @@ TEST(DpWire, ReportRoundTrip) {
   EXPECT_EQ(d.stats.kv_slots_used, 13);
   EXPECT_EQ(d.stats.kv_bytes_total, int64_t(1) << 40);
   EXPECT_EQ(d.stats.kv_bytes_used, 15);
+  EXPECT_EQ(d.stats.mask_seconds_total, 0.125);
+  EXPECT_EQ(d.stats.mask_wait_seconds_total, 0.0625);
   ASSERT_EQ(d.outputs.size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
     const GenOutput& a = r.outputs[i].out;
@@ -335,6 +340,36 @@ TEST(DpEngine, PinnedRanksAndIdlePeers) {
   const Result r = drain(*job.front().submit(bad));
   EXPECT_EQ(r.finish, FinishReason::Error);
   EXPECT_NE(r.error.find("outside [0, 2)"), std::string::npos) << r.error;
+}
+
+// A constraint is an object of rank 0's process: constrained requests run there, and one
+// pinned to another rank is refused (not run unconstrained).
+TEST(DpEngine, ConstrainedRequestsRunOnRankZero) {
+  DpJob job(2);
+  auto reqs = mixed_requests(kVocab);
+  const int64_t busy1 = job.busy_steps(1);
+  std::vector<std::shared_ptr<AlternatingConstraint<kVocab>>> cons;
+  std::vector<GenRequest> constrained;
+  for (int i = 0; i < 4; ++i) {
+    GenRequest r = reqs[size_t(i)];
+    cons.push_back(std::make_shared<AlternatingConstraint<kVocab>>(100));
+    r.constraint = cons.back();
+    r.stop.ignore_eos = true;
+    constrained.push_back(r);
+  }
+  const auto got = run_together(job.front(), constrained);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].finish, FinishReason::Length) << got[i];
+    expect_alternating(got[i].tokens);
+    EXPECT_EQ(cons[i]->seen_, got[i].tokens);
+  }
+  EXPECT_EQ(job.busy_steps(1), busy1) << "a constrained request ran on rank 1";
+  GenRequest pinned = constrained[0];
+  pinned.id = "pinned";
+  pinned.dp_rank = 1;
+  const Result r = drain(*job.front().submit(pinned));
+  EXPECT_EQ(r.finish, FinishReason::Error);
+  EXPECT_NE(r.error.find("rank 0"), std::string::npos) << r.error;
 }
 
 TEST(DpEngine, LeastLoadedRouting) {

@@ -185,5 +185,44 @@ TEST(Sampler, DrawsDependOnlyOnSeedAndPosition) {
   EXPECT_NE(a, c);
 }
 
+// The allowed-token mask (structured output): masked tokens are never drawn, the draw among
+// the rest follows their renormalised softmax, greedy takes the best allowed one, raw
+// logprobs still describe the model and processed ones give masked tokens -inf.
+TEST(Sampler, AllowedMaskRestrictsEveryMode) {
+  const std::vector<uint64_t> allowed = {(1u << 0) | (1u << 3) | (1u << 4)};  // tokens 0, 3, 4
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(sample_token(kLogits, greedy, {}, {}, 1, 0, LogprobsMode::Raw, {}, allowed).token, 3);
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  std::vector<float> kept = kLogits;
+  for (int t : {1, 2, 5}) kept[size_t(t)] = -INFINITY;
+  std::vector<double> p = softmax(kept);
+  const int n = 20000;
+  std::vector<int> count(kLogits.size(), 0);
+  for (int i = 0; i < n; ++i) ++count[size_t(sample_token(kLogits, sp, {}, {}, 5, i, LogprobsMode::Raw, {}, allowed).token)];
+  double chi2 = 0;
+  for (size_t t = 0; t < p.size(); ++t) {
+    if (p[t] == 0) {
+      EXPECT_EQ(count[t], 0) << "masked token " << t;
+      continue;
+    }
+    chi2 += (count[t] - p[t] * n) * (count[t] - p[t] * n) / (p[t] * n);
+  }
+  EXPECT_LT(chi2, 13.82);  // chi-square 0.999 quantile, dof 2
+  SamplingParams lp = greedy;
+  lp.logprobs = 3;
+  SampleResult raw = sample_token(kLogits, lp, {}, {}, 1, 0, LogprobsMode::Raw, {}, allowed);
+  EXPECT_EQ(raw.top[0].token, 1);  // the model's favourite, although masked
+  SampleResult proc = sample_token(kLogits, lp, {}, {}, 1, 0, LogprobsMode::Processed, {}, allowed);
+  ASSERT_EQ(proc.top.size(), 3u);
+  EXPECT_EQ(proc.top[0].token, 3);
+  EXPECT_EQ(proc.top[1].token, 0);
+  EXPECT_EQ(proc.top[2].token, 4);
+  double total = 0;
+  for (const TokenLogprob& t : proc.top) total += std::exp(double(t.logprob));
+  EXPECT_NEAR(total, 1.0, 1e-6);  // all the mass is on the allowed tokens
+}
+
 }  // namespace
 }  // namespace dil::runtime

@@ -43,14 +43,22 @@ TEST(Protocol, WrongTypesNameTheField) {
       {R"("logit_bias":{"5000":1})", "logit_bias"}, {R"("stop_token_ids":[-1])", "stop_token_ids"},
       {R"("top_logprobs":3)", "top_logprobs"},     {R"("tools":{})", "tools"},
       {R"("tool_choice":"required")", "tool_choice"}, {R"("model":7)", "model"},
-      {R"("response_format":{"type":"json_object"})", "response_format"},
+      {R"("response_format":{"type":"yaml"})", "response_format.type"},
+      {R"("response_format":{"type":"json_schema","json_schema":{"schema":7}})", "response_format.json_schema.schema"},
+      {R"("guided_regex":5)", "guided_regex"},
       {R"("chat_template_kwargs":{"thinking":"maybe"})", "chat_template_kwargs.thinking"},
       {R"("reasoning_effort":[1])", "reasoning_effort"},
       {R"("reasoning_effort":50)", "reasoning_effort"},  // V4 takes low/medium/high/max only
       {R"("chat_template_kwargs":{"reasoning_effort":"minimal"})", "chat_template_kwargs.reasoning_effort"},
       {R"("min_tokens":-1)", "min_tokens"},        {R"("max_tokens":2,"min_tokens":3)", "min_tokens"},
-      {R"("best_of":2)", "best_of"},               {R"("guided_json":{})", "guided_json"},
-      {R"("structured_outputs":{"json":{}})", "structured_outputs"}, {R"("prompt_logprobs":0)", "prompt_logprobs"},
+      {R"("best_of":2)", "best_of"},               {R"("prompt_logprobs":0)", "prompt_logprobs"},
+      // Structured output the grammar engine does not offer (guided_json and the rest are parsed).
+      {R"("guided_grammar":"root ::= \"a\"")", "guided_grammar"},
+      {R"("guided_decoding_backend":"xgrammar")", "guided_decoding_backend"},
+      {R"("structural_tag":"{}")", "structural_tag"},
+      {R"("structured_outputs":{"grammar":"x"})", "structured_outputs.grammar"},
+      // One call at most needs a grammar: plain auto cannot hold the model to it.
+      {R"("tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":false)", "parallel_tool_calls"},
       {R"("echo":true)", "echo"},                  {R"("allowed_token_ids":[])", "allowed_token_ids"},
       {R"("truncate_prompt_tokens":0)", "truncate_prompt_tokens"},
       {R"("stream_options":{"continuous_usage_stats":true})", "stream_options.continuous_usage_stats"},
@@ -79,6 +87,32 @@ TEST(Protocol, ReasoningEffortFollowsThePromptFormat) {
       EXPECT_EQ(e.param, "reasoning_effort") << bad;
     }
   }
+}
+
+// The fields request_fields.cpp refused before structured output existed now reach it.
+TEST(Protocol, StructuredOutputFieldsAreParsedNotRefused) {
+  auto chat = [](const std::string& extra) {
+    return parse_chat_request(parse_body("{" + std::string(kMsg) + "," + extra + "}"), ServerDefaults{}, 1024);
+  };
+  const ChatRequest g = chat(R"("guided_json":{})");
+  EXPECT_EQ(g.format.kind, OutputFormat::Kind::JsonSchema);
+  EXPECT_EQ(g.format.param, "guided_json");
+  const ChatRequest so = chat(R"("structured_outputs":{"json":{}})");
+  EXPECT_EQ(so.format.kind, OutputFormat::Kind::JsonSchema);
+  EXPECT_EQ(so.format.param, "structured_outputs.json");
+  EXPECT_EQ(chat(R"("guided_choice":["a","b"])").format.choices, (std::vector<std::string>{"a", "b"}));
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"g"}}])";
+  const ChatRequest req = chat(tools + R"(,"tool_choice":"required","parallel_tool_calls":false)");
+  EXPECT_EQ(req.tool_choice, "required");
+  EXPECT_FALSE(req.parallel_tool_calls);
+  const ChatRequest named = chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"g"}})");
+  EXPECT_EQ(named.tool_choice_name, "g");
+  ASSERT_EQ(named.chat.tools.size(), 1u);  // only the named tool is offered
+  EXPECT_EQ(named.chat.tools[0]["function"]["name"], "g");
+  EXPECT_FALSE(chat(tools + R"(,"response_format":{"type":"json_object"},"parallel_tool_calls":false)").parallel_tool_calls);
+  const CompletionRequest c = parse_completion_request(
+      parse_body(R"({"prompt":"x","response_format":{"type":"json_object"}})"), 1024);
+  EXPECT_EQ(c.format.kind, OutputFormat::Kind::JsonObject);
 }
 
 TEST(Protocol, ImplementedVllmFieldsMapToTheEngine) {
