@@ -13,7 +13,8 @@ std::string kernels_doc_block() {
   std::string s = std::string(kBegin) + "\n\n";
   s += "Registry order is preference: for each op site the plan takes the first implementation whose "
        "requirements hold (`deepinfer-lab inspect --plan` prints the result per model, mode and row "
-       "regime; `rows` is the smallest row count an implementation is used for).\n\n";
+       "regime; `rows`: `>= n` the smallest row count an implementation is used for, `<= n` the largest, "
+       "taken ahead of the other regimes).\n\n";
   s += "### CUDA\n\n" + registry_markdown(kernel_registry(BackendKind::CUDA), "CUDA") + "\n";
   s += "### CPU\n\n" + registry_markdown(kernel_registry(BackendKind::CPU), "CPU") + "\n";
   s += kEnd;

@@ -155,9 +155,9 @@ OpSite simple_site(const std::string& op, DType act, Numerics n) {
 }
 
 const KernelImpl& PlanEntry::for_rows(int64_t rows) const {
-  DIL_CHECK(!impls.empty(), "plan entry without implementations: ", site.key());
+  DIL_CHECK(!impls.empty() && from.size() == impls.size(), "plan entry without row regimes: ", site.key());
   size_t i = impls.size() - 1;
-  while (i > 0 && rows < impls[i]->min_rows) --i;
+  while (i > 0 && rows < from[i]) --i;
   return *impls[i];
 }
 
@@ -185,8 +185,8 @@ std::string KernelPlan::table() const {
   for (const PlanEntry& e : entries_) {
     for (size_t i = 0; i < e.impls.size(); ++i) {
       const KernelImpl& k = *e.impls[i];
-      std::string rows = i + 1 < e.impls.size() ? str_cat(k.min_rows, "..", e.impls[i + 1]->min_rows - 1)
-                                                : str_cat(k.min_rows, "+");
+      std::string rows = i + 1 < e.impls.size() ? str_cat(e.from[i], "..", e.from[i + 1] - 1)
+                                                : str_cat(e.from[i], "+");
       if (e.impls.size() == 1) rows = "all";
       s << "| " << e.site.op << " | " << e.site.where << " | " << e.site.describe() << " | " << rows << " | "
         << k.name << " | " << k.tolerance.text() << " |\n";
@@ -260,17 +260,23 @@ PlanEntry resolve_site(const std::vector<KernelImpl>& registry, const OpSite& si
   // base; preferred ones before it that start at a larger row count take over from there.
   size_t base = ok.size();
   for (size_t i = 0; i < ok.size(); ++i)
-    if (ok[i]->min_rows == 0) {
+    if (ok[i]->min_rows == 0 && ok[i]->max_rows == 0) {
       base = i;
       break;
     }
   if (base == ok.size())
     DIL_FAIL("kernel plan: ", site.op, " at ", site.where, " (", site.describe(),
-             "): every usable implementation needs a minimum row count (", ok[0]->name, ": ", ok[0]->min_rows, ")");
+             "): every usable implementation is limited to a row range (", ok[0]->name, ": rows ",
+             ok[0]->max_rows ? str_cat("<= ", ok[0]->max_rows) : str_cat(">= ", ok[0]->min_rows), ")");
   e.impls.push_back(ok[base]);
   int64_t lowest = INT64_MAX;  // a preferred regime must start below the ones already placed after it
   std::vector<const KernelImpl*> above;
+  const KernelImpl* few = nullptr;  // the preferred few-rows implementation, if any
   for (size_t i = 0; i < base; ++i) {
+    if (ok[i]->max_rows > 0) {
+      if (!few) few = ok[i];
+      continue;
+    }
     if (ok[i]->min_rows < lowest) {
       above.push_back(ok[i]);
       lowest = ok[i]->min_rows;
@@ -279,6 +285,20 @@ PlanEntry resolve_site(const std::vector<KernelImpl>& registry, const OpSite& si
   // `above` is in preference order with strictly decreasing min_rows: ascending after reversal.
   std::reverse(above.begin(), above.end());
   for (const KernelImpl* k : above) e.impls.push_back(k);
+  for (const KernelImpl* k : e.impls) e.from.push_back(k->min_rows);
+  if (few) {
+    // Rows [0, max_rows] go to `few`; the regimes above keep their starts, or start after it.
+    std::vector<const KernelImpl*> impls{few};
+    std::vector<int64_t> from{0};
+    for (size_t i = 0; i < e.impls.size(); ++i) {
+      const int64_t end = i + 1 < e.impls.size() ? e.from[i + 1] : INT64_MAX;  // exclusive
+      if (end <= few->max_rows + 1) continue;
+      impls.push_back(e.impls[i]);
+      from.push_back(std::max(e.from[i], few->max_rows + 1));
+    }
+    e.impls = std::move(impls);
+    e.from = std::move(from);
+  }
   return e;
 }
 
@@ -309,7 +329,8 @@ std::string registry_markdown(const std::vector<KernelImpl>& registry, const std
   s << "| op | " << backend << " implementation | rows | what it does | tolerance | test |\n";
   s << "|---|---|---|---|---|---|\n";
   for (const KernelImpl& k : registry)
-    s << "| " << k.op << " | `" << k.name << "` | " << (k.min_rows ? str_cat(">= ", k.min_rows) : std::string("any"))
+    s << "| " << k.op << " | `" << k.name << "` | "
+      << (k.min_rows ? str_cat(">= ", k.min_rows) : k.max_rows ? str_cat("<= ", k.max_rows) : std::string("any"))
       << " | " << k.what << " | " << k.tolerance.text() << " | " << k.test << " |\n";
   return s.str();
 }

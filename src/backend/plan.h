@@ -7,7 +7,8 @@
 //   tolerance it is tested to and the test that checks it.
 // - A model lists its op sites (OpSite: one op of one layer kind, described by the features
 //   implementations are chosen by). resolve_plan() picks, for every site, the implementation
-//   per row regime (registry order is preference) and fails with an error naming the site and
+//   per row regime (registry order is preference; an implementation may be limited to few rows,
+//   KernelImpl::max_rows, or to many, min_rows) and fails with an error naming the site and
 //   every unmet requirement when nothing can run it.
 // - At call time a backend's op builds the same site from its arguments (the *_site helpers
 //   below, used on both sides) and asks Backend::impl_for(), the one dispatch point: a site the
@@ -83,12 +84,17 @@ struct KernelImpl {
   int64_t min_rows = 0;  // used for calls of at least this many rows (0: any)
   Tolerance tolerance;    // against the CPU reference of the same numerics (backend/tolerance.h)
   std::string test;       // where that tolerance is derived and checked
+  // Used for calls of at most this many rows (0: any). Such an implementation (a decode-sized
+  // GEMV) takes rows [0, max_rows] of a site ahead of the regimes of the others, when it comes
+  // before the site's base implementation in registry order; it is never a site's only choice.
+  int64_t max_rows = 0;
 };
 
 // The implementations chosen for one site, by row regime.
 struct PlanEntry {
   OpSite site;
-  std::vector<const KernelImpl*> impls;  // ascending min_rows; impls[0]->min_rows == 0
+  std::vector<const KernelImpl*> impls;  // one per row regime, ascending
+  std::vector<int64_t> from;             // first row of each regime (from[0] == 0)
   const KernelImpl& for_rows(int64_t rows) const;
 };
 

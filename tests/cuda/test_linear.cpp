@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "parity.h"
+#include "gemv_bound.h"
 
 namespace dil::test {
 namespace {
@@ -108,6 +108,7 @@ TEST_F(CudaLinear, Bf16AndF32) {
 //   2e-5 / 1e-4 bounds the pure BF16 GEMM a fortiori.
 // - dequant_bf16_lt (V4.1 32x32 FP8, >= 64 rows): exact BF16 weight and QDQ'd activations, the
 //   same accumulation: rel 2e-5 / abs 1e-4.
+// - gemv (at most 8 rows): the per-element bound of gemv_bound.h (f32 accumulation depth).
 struct FastCase {
   Weight::Kind kind;
   int64_t out, in;
@@ -117,7 +118,7 @@ struct FastCase {
   std::string what;
 };
 
-class CudaLinearFast : public CudaParity {
+class CudaLinearFast : public GemvParity {
  protected:
   void run(const FastCase& c, uint32_t seed) {
     cpu->set_numerics(Numerics::Fast);
@@ -134,6 +135,10 @@ class CudaLinearFast : public CudaParity {
     gpu->linear(devb(x, {c.T, c.in}), gw, c.act, go);
     const std::string impl =
         gpu->impl_for(linear_site(gw, c.act, DType::BF16, c.odt, Numerics::Fast), c.T).name;
+    if (impl == "gemv") {
+      compare_gemv(c.what, hw, c.act, x, c.T, c.odt, bf ? downb(go) : down<float>(go));
+      return;
+    }
     double rel = 0, abs = 0;
     if (impl == "cublaslt_fp8") {
       rel = 2e-3;
@@ -181,8 +186,8 @@ TEST_F(CudaLinearFast, Bf16WeightsFp4AndF32) {
   run({K::FP4, 2048, 4096, 32, 128, 7, B, "bf16 fp4 [2048,4096] act128 T=7 (simt)"}, 738);
 }
 
-// wo_a in fast numerics: bf16 inputs [T, 8, 4096] -> bf16 [T, 8, 1024]. Below 64 rows the exact
-// SIMT kernel (bit-identical); from 64 rows one BF16 GEMM per group reading the strided bf16
+// wo_a in fast numerics: bf16 inputs [T, 8, 4096] -> bf16 [T, 8, 1024]. Up to 8 rows the GEMV
+// (test_gemv.cpp checks it); below 64 rows the exact SIMT kernel (bit-identical); from 64 rows one BF16 GEMM per group reading the strided bf16
 // inputs in place (exact operands, f32 accumulation: the BF16 GEMM bound 2e-5 / 1e-4, + 1 ulp).
 TEST_F(CudaParity, GroupedLinearWoAFast) {
   cpu->set_numerics(Numerics::Fast);
@@ -198,6 +203,7 @@ TEST_F(CudaParity, GroupedLinearWoAFast) {
       gpu->grouped_linear(devb(x, {T, 8, 4096}), gw, 8, go);
       const std::string impl =
           gpu->impl_for(grouped_linear_site(gw, 8, DType::BF16, DType::BF16, Numerics::Fast), T).name;
+      if (impl == "gemv") continue;  // at most 8 rows: bounded per group in test_gemv.cpp (GroupedWoA)
       const bool exact = impl == "simt";
       compare_bf16("grouped_linear fast " + impl, "wo_a blk " + std::to_string(blk) + " G=8 T=" + std::to_string(T),
                    downb(go), widen(ref), exact ? 0 : 2e-5, exact ? 0 : 1e-4);

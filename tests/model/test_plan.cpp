@@ -60,21 +60,23 @@ TEST(KernelPlan, V4FlashOnCudaPerMode) {
   // Projections: FP8 128x128 with act 128 on cuBLASLt once activations are quantized; reference
   // numerics quantize nothing, so the exact SIMT kernel runs them.
   EXPECT_EQ(impls(off, "linear", "CSA attn.wq_a"), V{"cublaslt_fp8"});
-  EXPECT_EQ(impls(fast, "linear", "CSA attn.wq_a"), V{"cublaslt_fp8"});
+  // Fast numerics: the decode GEMV up to 8 rows first (KernelImpl::max_rows).
+  EXPECT_EQ(impls(fast, "linear", "CSA attn.wq_a"), (V{"gemv", "cublaslt_fp8"}));
   EXPECT_EQ(impls(ref, "linear", "CSA attn.wq_a"), V{"simt"});
   // wo_a (FP8, no activation quant): the exact kernel below 64 rows, BF16 tensor cores above.
   EXPECT_EQ(impls(off, "grouped_linear", "attn.wo_a"), (V{"simt", "dequant_bf16_lt_split"}));
-  EXPECT_EQ(impls(fast, "grouped_linear", "attn.wo_a"), (V{"simt", "dequant_bf16_lt"}));
+  EXPECT_EQ(impls(fast, "grouped_linear", "attn.wo_a"), (V{"gemv", "simt", "dequant_bf16_lt"}));
   EXPECT_EQ(impls(ref, "grouped_linear", "attn.wo_a"), V{"simt"});
   // The BF16 head: split f32 activations, or plain BF16 in fast.
   EXPECT_EQ(impls(off, "linear", "head"), V{"cublaslt_bf16_split"});
-  EXPECT_EQ(impls(fast, "linear", "head"), V{"cublaslt_bf16"});
+  EXPECT_EQ(impls(fast, "linear", "head"), (V{"gemv", "cublaslt_bf16"}));
   // Indexer and experts.
   EXPECT_EQ(impls(off, "indexer_topk", "CSA indexer"), V{"mma_exact"});
   EXPECT_EQ(impls(ref, "indexer_topk", "CSA indexer"), V{"fp64"});
   EXPECT_EQ(impls(fast, "indexer_topk", "CSA indexer"), V{"mma_fp8"});
   EXPECT_EQ(impls(off, "moe_experts", "ffn.experts"), V{"mma_bf16"});
   EXPECT_EQ(impls(ref, "moe_experts", "ffn.experts"), V{"simt"});
+  EXPECT_EQ(impls(fast, "moe_experts", "ffn.experts"), (V{"gemv", "mma_bf16"}));
   // Every site's dtype follows the mode.
   for (const PlanEntry& e : fast.entries()) EXPECT_EQ(e.site.act, DType::BF16) << e.site.op << " " << e.site.where;
   for (const PlanEntry& e : off.entries()) EXPECT_EQ(e.site.act, DType::F32) << e.site.op << " " << e.site.where;
@@ -169,6 +171,36 @@ TEST(KernelPlan, RowRegimesPickByRowCount) {
     return;
   }
   FAIL() << "no wq_a site";
+}
+
+// A few-rows implementation (max_rows) takes rows [0, max_rows] ahead of the others' regimes,
+// which then start after it; it is never a site's only choice.
+TEST(KernelPlan, FewRowsRegimeComesFirst) {
+  const KernelPlan fast = plan_of(kV41, BackendKind::CUDA, Numerics::Fast);
+  EXPECT_EQ(impls(fast, "linear", "attn.wq_a"), (V{"gemv", "simt", "dequant_bf16_lt"}));
+  for (const PlanEntry& e : fast.entries()) {
+    if (e.site.op == "linear" && e.site.where.find("attn.wq_a") != std::string::npos) {
+      EXPECT_EQ(e.for_rows(1).name, "gemv");
+      EXPECT_EQ(e.for_rows(8).name, "gemv");
+      EXPECT_EQ(e.for_rows(9).name, "simt");
+      EXPECT_EQ(e.for_rows(63).name, "simt");
+      EXPECT_EQ(e.for_rows(64).name, "dequant_bf16_lt");
+      EXPECT_NE(fast.table().find("| 0..8 | gemv |"), std::string::npos) << fast.table();
+      EXPECT_NE(fast.table().find("| 9..63 | simt |"), std::string::npos) << fast.table();
+    }
+    if (e.site.op == "moe_experts") {
+      EXPECT_EQ(e.for_rows(64).name, "gemv");
+      EXPECT_EQ(e.for_rows(65).name, "mma_bf16");
+    }
+  }
+  // Official numerics keep the exact kernels.
+  const KernelPlan off = plan_of(kV41, BackendKind::CUDA, Numerics::Official);
+  EXPECT_EQ(impls(off, "linear", "attn.wq_a"), (V{"simt", "dequant_bf16_lt"}));
+  // Forcing the few-rows implementation alone fails: it cannot run every row count.
+  BackendOptions o;
+  o.force["linear"] = "gemv";
+  const std::string msg = error_of([&] { plan_of(kV4, BackendKind::CUDA, Numerics::Fast, o); });
+  EXPECT_NE(msg.find("rows <= 8"), std::string::npos) << msg;
 }
 
 TEST(KernelPlan, BackendRefusesAnUnplannedSite) {

@@ -16,11 +16,15 @@
 // - grouped_linear (wo_a), per group: the weight's rows dequantized to BF16; official: f32 x
 //   split hi + lo (dequant_bf16_lt_split, two GEMMs); fast: the bf16 x read in place by one
 //   GEMM per group (dequant_bf16_lt).
+// - gemv (fast numerics, at most kGvMaxRows rows: gemv_fast.cu): bf16 x (QDQ'd into a bf16
+//   scratch first where the op quantizes) streamed against BF16 / FP8 / FP4 weights read once,
+//   f32 accumulation, out's dtype.
 // - simt: everything else (fewer rows, FP4, F32, shapes cuBLASLt rejects): the exact SIMT
 //   kernels of gemm_simt.cuh / gemv.cuh, after an activation QDQ when asked.
 #include <cstdio>
 
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/gemv_fast.cuh"
 
 namespace dil::cuda {
 namespace {
@@ -134,6 +138,21 @@ __global__ void dequant_fp8_bf16_kernel(WView w, int64_t n0, int64_t rows, uint1
     const float v = d_e4m3_to_f32(q[r * w.k + k]) * d_e8m0_to_f32(w.scale[(r / w.bn) * w.scale_cols + k / w.bk]);
     out[i] = uint16_t(__float_as_uint(v) >> 16);
   }
+}
+
+// The WView of weight rows [n0, n0 + rows) (FP8: n0 a multiple of the block rows).
+WView group_rows(const Weight& w, int64_t n0, int64_t rows) {
+  WView v = make_wview(w);
+  const int64_t row_bytes = w.kind == Weight::Kind::FP4 ? w.in / 2 : w.in * int64_t(dtype_size(w.w.dtype));
+  v.w = static_cast<const uint8_t*>(v.w) + n0 * row_bytes;
+  if (w.kind == Weight::Kind::FP8) {
+    DIL_CHECK(n0 % w.block_out == 0, "group_rows: row ", n0, " inside a ", w.block_out, "-row scale block");
+    v.scale += (n0 / w.block_out) * v.scale_cols;
+  } else if (w.kind == Weight::Kind::FP4) {
+    v.scale += n0 * v.scale_cols;
+  }
+  v.n = rows;
+  return v;
 }
 
 void lt_declined(Ctx& c, const std::string& impl, int64_t rows, const Weight& w) {
@@ -343,6 +362,19 @@ void linear_typed(Ctx& c, const TX* x, int64_t M, const Weight& w, int act_block
   } else if (impl == "cublaslt_bf16_split") {
     DIL_CHECK((std::is_same_v<TX, float>), "linear cublaslt_bf16_split: f32 activations");
     if constexpr (std::is_same_v<TX, float>) ran = linear_bf16_split_lt(c, x, M, w, out);
+  } else if (impl == "gemv") {
+    DIL_CHECK(is_bf16<TX>, "linear gemv: bf16 activations");
+    if constexpr (is_bf16<TX>) {
+      const bf16_t* xg = x;
+      Buffer xq;
+      if (quant) {  // QDQ'd values are exact in bf16
+        xq = c.scratch(size_t(M * w.in) * 2);  // [M, K] bf16
+        fp8_qdq(c, x, w.in, static_cast<bf16_t*>(xq.data()), w.in, M, int(w.in), act_block);
+        xg = static_cast<const bf16_t*>(xq.data());
+      }
+      gemv_fast(c, xg, w.in, M, make_wview(w), out, w.out);
+      return;
+    }
   } else if (impl == "dequant_bf16_lt") {
     const Feed feed = quant ? Feed::Quant : is_bf16<TX> ? Feed::Direct : Feed::Split;
     ran = linear_dequant_lt(c, x, w.in, M, w, 0, w.out, feed, act_block, out, w.out);
@@ -428,6 +460,12 @@ void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor
         DIL_CHECK(is_bf16<TX>, "grouped_linear dequant_bf16_lt: bf16 activations");
         lt = true;
         feed = Feed::Direct;
+      } else if (impl == "gemv") {  // fast, few rows: one GEMV per group over its weight rows
+        DIL_CHECK(is_bf16<TX>, "grouped_linear gemv: bf16 activations");
+        if constexpr (is_bf16<TX>) {
+          for (int g = 0; g < groups; ++g) gemv_fast(c, xp + g * K, ldx, T, group_rows(w, g * N, N), op + g * N, ldo);
+          return;
+        }
       } else {
         DIL_CHECK(impl == "simt", "grouped_linear: implementation '", impl, "' has no launcher");
       }

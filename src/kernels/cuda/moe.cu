@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/gemv_fast.cuh"
 #include "kernels/cuda/moe_mma.cuh"
 
 namespace dil::cuda {
@@ -283,8 +284,21 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   // As linear(): activations are quantized only in front of FP8/FP4 weights.
   const Weight::Kind kind = (*a.w1)[0].kind;
   const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
-  DIL_CHECK(impl == "mma_bf16" || impl == "simt", "moe_experts: implementation '", impl, "' has no launcher");
+  DIL_CHECK(impl == "mma_bf16" || impl == "simt" || impl == "gemv", "moe_experts: implementation '", impl,
+            "' has no launcher");
   const bool mma_ok = impl == "mma_bf16";
+  // gemv (fast numerics, decode sizes: moe_gemv.cu): tiles of kGvMoeRows rows, the tokens
+  // QDQ'd into bf16 as for the tensor-core path.
+  const bool gv = impl == "gemv";
+  if (gv) {
+    bool aligned = true;
+    for (const std::vector<Weight>* ws : {a.w1, a.w2, a.w3})
+      for (const Weight& w : *ws) aligned = aligned && (reinterpret_cast<uintptr_t>(w.w.data) & 15) == 0;
+    DIL_CHECK(quant && kind == Weight::Kind::FP4 && a.x.dtype == DType::BF16 && D % 32 == 0 && Idim % 32 == 0 &&
+                  D <= kGvMaxK && Idim <= kGvMaxK && aligned,
+              "moe_experts: the planned gemv path cannot run these experts (FP4 with quantized bf16 tokens, widths "
+              "multiples of 32 up to ", kGvMaxK, ", 16-byte aligned weights)");
+  }
   if (mma_ok)
     DIL_CHECK(quant && D % kMmaBK == 0 && Idim % kMmaBK == 0 && moe_mma_fits(*a.w1) && moe_mma_fits(*a.w2) &&
                   moe_mma_fits(*a.w3),
@@ -293,10 +307,11 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   // The tensor-core path wherever it applies, decode-sized batches included (V4-Flash decode,
   // 64 x 6 routed rows: 11.6 against 27.2 ms for 3 layers on the few-rows FP64 kernel, which
   // is bound by its per-weight double conversions).
-  const bool few = Tk <= int64_t(8) * E && !mma_ok;
+  const bool few = Tk <= int64_t(8) * E && !mma_ok && !gv;
   const bool mma = !few && mma_ok;
-  const int bm = few ? kGemvRows : mma ? kMmaBM : kBM;
+  const int bm = gv ? kGvMoeRows : few ? kGemvRows : mma ? kMmaBM : kBM;
   int max_tiles = int(ceil_div(Tk, bm) + E);
+  if (gv) max_tiles = int(std::min<int64_t>(max_tiles, Tk));  // every tile holds a row: the grid's y bound
   // Index scratch: one allocation.
   size_t n_i32 = size_t(E) * 3 + 1 + size_t(Tk) * 3 + size_t(max_tiles) * 2 + 1;
   Buffer ib = c.scratch(n_i32 * 4);
@@ -327,7 +342,7 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   Buffer xq, xbb, hbb;
   uint16_t* xb = nullptr;  // [T, D] bf16 bits of the QDQ'd tokens (tensor-core path)
   uint16_t* hb = nullptr;  // [Tk, Idim] bf16 bits of the QDQ'd h rows, sorted order (tensor-core path)
-  if (mma) {
+  if (mma || gv) {
     xbb = c.scratch(size_t(T * D) * 2);
     hbb = c.scratch(size_t(Tk * Idim) * 2);
     xb = static_cast<uint16_t*>(xbb.data());
@@ -353,6 +368,24 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   Buffer gb = c.scratch(size_t(Tk * Idim) * 4), ub = c.scratch(size_t(Tk * Idim) * 4);
   float* g = static_cast<float*>(gb.data());
   float* u = static_cast<float*>(ub.data());
+  if (gv) {
+    // h = SwiGLU(w1 x, w3 x) * route_w into g (f32, sorted rows), its FP8 QDQ into hb, y = w2 hb.
+    GvMoeArgs ga{reinterpret_cast<const bf16_t*>(xb), I.sorted_tok, I.sorted_pair, a.route_w.ptr<float>(), t1, t2, t3,
+                 map, max_tiles, D, Idim, a.swiglu_limit, a.round_bf16};
+    moe_gemv_w13(c, ga, g);
+    const int64_t warps = Tk * ceil_div(Idim, a.act_block);
+    moe_fp8_qdq_rows_kernel<<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(g, hb, I.offsets, E, Idim, a.act_block);
+    DIL_LAUNCH_CHECK("moe_fp8_qdq_rows_kernel");
+    Buffer yg = c.scratch(size_t(Tk * D) * 4);  // [Tk, D] f32, sorted rows
+    moe_gemv_w2(c, ga, reinterpret_cast<const bf16_t*>(hb), static_cast<float*>(yg.data()));
+    with_act(a.out, "moe_experts out", [&](auto to) {
+      using TO = decltype(to);
+      moe_combine_kernel<TO><<<stride_grid(T * D), 256, 0, c.stream>>>(static_cast<float*>(yg.data()), I.pos_of, T, k,
+                                                                        D, a.round_bf16, a.out.ptr<TO>());
+    });
+    DIL_LAUNCH_CHECK("moe_combine_kernel");
+    return;
+  }
   auto grouped_gemm = [&](const float* xin, const uint16_t* xin_bf16, int64_t ldx, const int32_t* gather,
                           const WView* tab, float* o, int64_t N, int64_t K, const char* what) {
     if (mma) {

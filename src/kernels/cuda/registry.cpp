@@ -5,7 +5,7 @@
 // The limits here are the kernels' compile-time constants (attention_mma.cu kD/kHeads,
 // indexer_mma.cu kDi/kMaxHeads, indexer_fp8.cu kDi, indexer.cu kMaxQ/kMaxTopk,
 // topk_rows.h kTopkRowsMaxK, moe_mma.cuh kMmaBK, attention.cu
-// kMaxD, mhc.cu kMaxMix): change both together.
+// kMaxD, mhc.cu kMaxMix, gemv_fast.cuh kGvMaxRows/kGvMaxK): change both together.
 #include "kernels/cuda/registry.h"
 
 #include "backend/backend.h"
@@ -25,6 +25,14 @@ std::string act_f32_or_bf16(const OpSite& s) {
 Reqs any_site(const OpSite& s) { return {act_f32_or_bf16(s)}; }
 
 // ---- linear ----
+constexpr int64_t kGvMaxRows = 8, kGvMaxK = 8192;  // gemv_fast.cuh
+Reqs gemv(const OpSite& s) {
+  return {need(s.numerics == Numerics::Fast, "fast numerics (bf16 activations, f32 accumulation)"),
+          need(s.act == DType::BF16, "bf16 activations"),
+          need(s.wkind == kBF16 || s.wkind == kFP4 || (s.wkind == kFP8 && s.block_in % 16 == 0),
+               "a BF16, FP4 or FP8 weight (FP8 K blocks multiples of 16)"),
+          need(s.k % 32 == 0 && s.k <= kGvMaxK, "K a multiple of 32, at most 8192"), act_f32_or_bf16(s)};
+}
 Reqs lt_fp8(const OpSite& s) {
   return {need(s.wkind == kFP8 && s.block_out == 128 && s.block_in == 128, "an FP8 weight with 128x128 blocks"),
           need(s.act_block == 128, "activations FP8-quantized per 128 (act_block 128)"),
@@ -49,6 +57,14 @@ Reqs simt_gemm(const OpSite& s) {
 }
 
 // ---- grouped_linear (wo_a) ----
+Reqs gl_gemv(const OpSite& s) {
+  const int64_t n = s.groups ? s.n / s.groups : s.n;
+  return {need(s.numerics == Numerics::Fast, "fast numerics (bf16 activations, f32 accumulation)"),
+          need(s.act == DType::BF16, "bf16 activations"),
+          need(s.wkind == kBF16 || (s.wkind == kFP8 && s.block_in % 16 == 0 && s.block_out > 0 && n % s.block_out == 0),
+               "a BF16 or FP8 weight (FP8 K blocks multiples of 16, groups of whole row blocks)"),
+          need(s.k % 32 == 0 && s.k <= kGvMaxK, "K a multiple of 32, at most 8192"), act_f32_or_bf16(s)};
+}
 Reqs gl_dequant_split(const OpSite& s) {
   return {need(s.numerics == Numerics::Official, "official numerics (bounded hi + lo split of f32 inputs)"),
           need(s.wkind == kFP8, "an FP8 weight"), need(s.act == DType::F32, "f32 activations"),
@@ -108,6 +124,15 @@ Reqs moe_mma(const OpSite& s) {
           need(s.n % 32 == 0 && s.k % 32 == 0, "D and the expert width multiples of 32"), act_f32_or_bf16(s)};
 }
 
+Reqs moe_gemv(const OpSite& s) {
+  return {need(s.numerics == Numerics::Fast, "fast numerics (bf16 tokens, f32 accumulation)"),
+          need(s.act == DType::BF16, "bf16 tokens"), need(s.wkind == kFP4, "FP4 experts"),
+          need(s.act_block > 0, "FP8-quantized activations"),
+          need(s.n % 32 == 0 && s.k % 32 == 0 && s.n <= kGvMaxK && s.k <= kGvMaxK,
+               "D and the expert width multiples of 32, at most 8192"),
+          act_f32_or_bf16(s)};
+}
+
 // ---- hc_mix ----
 Reqs hc_any(const OpSite& s) { return {act_f32_or_bf16(s)}; }
 
@@ -131,8 +156,21 @@ std::vector<KernelImpl> build() {
   // of h per element (the SIMT bound allows one at 5e-3).
   const Tolerance moe_tensor_cores = derived_tolerance(6e-3, 2e-2, false, "tests/cuda/test_moe_mma.cpp",
                                                        "rounding flips of g, u, h and y");
+  // GEMV: |err| <= (V + C/32 + 13) 2^-24 sum|x w| per element (f32 accumulation depth; V values
+  // per 16-byte chunk, C chunks per row), + one bf16 ulp of a bf16 output. As numbers: depth <= 40
+  // at K <= 8192 gives 2.4e-6 sum|x w|, and sum|x w| stays within ~64 |y| on non-cancelling rows.
+  const Tolerance gemv_bound = derived_tolerance(2e-4, 2e-4, false, "tests/cuda/test_gemv.cpp",
+                                                 "f32 accumulation depth x sum|x w|");
+  // The routed experts' GEMV: the same accumulation carried through the bf16 roundings of g, u,
+  // h, y and h's FP8 rounding: the tensor-core MoE's numeric form (accumulation-order flips).
+  const Tolerance moe_gemv_bound = derived_tolerance(6e-3, 2e-2, false, "tests/cuda/test_moe_gemv.cpp",
+                                                     "rounding flips of g, u, h and y");
   const std::string lin = "tests/cuda/test_linear.cpp";
   std::vector<KernelImpl> r = {
+      {"linear", "gemv", "decode-sized GEMV: warps along weight rows, lanes along K with 16-byte loads (2 x 4 in "
+       "flight), bf16 activations (QDQ'd first where quantized) staged in shared memory, FP8 / FP4 decoded by "
+       "cvt.e4m3x2, f32 accumulation per 16-byte chunk, block scale, warp-shuffle and K-slice reduction", gemv, 0,
+       gemv_bound, "tests/cuda/test_gemv.cpp", kGvMaxRows},
       {"linear", "cublaslt_fp8", "activations (f32 or bf16) quantized to e4m3 per 128 by our kernel, cuBLASLt "
        "block-scaled FP8 GEMM (weights BLK128x128_32F, activations VEC128_32F), f32 accumulation, D written by "
        "cuBLASLt in the output's dtype", lt_fp8, 0,
@@ -147,6 +185,9 @@ std::vector<KernelImpl> build() {
       {"linear", "simt", "SIMT tiles (decode sizes: a few-rows kernel), weights decoded in shared memory, f32 or bf16 "
        "activations widened, double accumulation over k ascending", simt_gemm, 0,
        exact_tolerance("a bf16 output: the reference's rounding"), lin},
+      {"grouped_linear", "gemv", "wo_a at decode sizes: linear's gemv per group (the group's weight rows, the bf16 "
+       "inputs read in place with row stride G*K)", gl_gemv, 0,
+       gemv_bound, "tests/cuda/test_gemv.cpp", kGvMaxRows},
       {"grouped_linear", "dequant_bf16_lt_split", "wo_a per group: weight dequantized to BF16, f32 inputs split hi + lo, "
        "two cuBLASLt BF16 GEMMs", gl_dequant_split, 64, tolerance(2e-5, 1e-4), lin},
       {"grouped_linear", "dequant_bf16_lt", "wo_a per group: weight dequantized to BF16, the BF16 inputs read in place "
@@ -176,6 +217,10 @@ std::vector<KernelImpl> build() {
       {"indexer_topk", "fp64", "thread per (token, row) in double in the reference's order (bf16 inputs widened); "
        "radix top-k over (score, ~row) keys", idx_fp64, 0, exact_tolerance("indices"),
        "tests/cuda/test_indexer_moe.cpp"},
+      {"moe_experts", "gemv", "decode sizes: tiles of <= 4 sorted rows of one expert, the GEMV of linear gemv per "
+       "(tile, column block), w1 and w3 rows in one pass with SwiGLU (fast bf16 roundings) fused, FP8 QDQ of h, w2 GEMV, "
+       "combine; each active expert's weights streamed once", moe_gemv, 0,
+       moe_gemv_bound, "tests/cuda/test_moe_gemv.cpp", 64},
       {"moe_experts", "mma_bf16", "device counting sort, 128x128 tiles, FP4 weights dequantized to BF16 in shared "
        "memory, activations QDQ'd straight into BF16, mma.sync BF16 -> f32; SwiGLU, QDQ of h, combine (fast: the "
        "official BF16 roundings of g, u, h and each expert output)", moe_mma, 0, moe_tensor_cores,
