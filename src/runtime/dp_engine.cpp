@@ -46,11 +46,8 @@ std::vector<std::shared_ptr<RequestStream>> DpEngine::submit_all(std::vector<Gen
   for (GenRequest& req : reqs)
     if (req.id.empty()) req.id = "req-" + std::to_string(auto_id_.fetch_add(1));
   std::lock_guard<std::mutex> lk(fmu_);
+  // route_locked keeps constrained requests on rank 0 whatever is chosen here.
   int r = reqs.empty() ? -1 : reqs[0].dp_rank;
-  // A constraint (structured output) is an object of this process: it cannot travel to
-  // another rank, so constrained requests run here, on rank 0 (route_locked refuses a pin
-  // elsewhere).
-  if (!reqs.empty() && reqs[0].constraint) r = 0;
   if (r < 0 || r >= size_) {
     r = 0;
     for (int i = 1; i < size_; ++i)
@@ -71,6 +68,8 @@ std::shared_ptr<RequestStream> DpEngine::route_locked(GenRequest req, int r) {
   if (req.constraint && req.dp_rank > 0)
     return failed(req.id, str_cat("structured output runs on data-parallel rank 0 only; X-Data-Parallel-Rank ",
                                   req.dp_rank, " cannot take it"), n_prompt);
+  // A constraint (structured output) is an object of this process: it cannot travel to
+  // another rank, so constrained requests run here, on rank 0.
   if (req.constraint) r = 0;
   else if (req.dp_rank >= 0) r = req.dp_rank;
   auto stream = std::make_shared<Stream>(req.id);
