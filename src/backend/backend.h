@@ -120,6 +120,9 @@ struct IndexerArgs {
   int cand_topk = 0;
   Tensor cand_out;   // [T, cand_topk] i32
   Tensor cand_in;    // [T, cand_topk] i32
+  // Optional (tests): [T, C] f32 receives the scores ranked, token t's visible row r at column r
+  // for r < min(C, (pos+1)/ratio); other columns are left as they are. Not with cand_in.
+  Tensor scores_out;
 };
 
 struct MoeRouteArgs {

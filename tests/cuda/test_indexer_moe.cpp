@@ -20,16 +20,12 @@ class CudaIndexer : public CudaParity {
  protected:
   // fp4: official-numerics inputs (FP4-QDQ'd per 32, fp4_blocks set): the tensor-core path,
   // which must select exactly what the reference selects.
-  // bf16: fast numerics, q, w and keys bf16 tensors on both sides (FP4-QDQ'd values are exact in
-  // bf16; w is rounded to bf16 first): with fp4 the tensor-core path reads the bf16 q in place
-  // and copies the bf16 keys; without, the FP64 scorer (forced: the fast plan would choose the
-  // tensor cores, which are exact only on FP4-QDQ'd values) widens them. Exact indices either way.
+  // bf16: q, w and keys bf16 tensors on both sides (FP4-QDQ'd values are exact in bf16; w is
+  // rounded to bf16 first), in official (fp4) or reference numerics: with fp4 the tensor-core
+  // path reads the bf16 q in place and copies the bf16 keys; without, the FP64 scorer widens
+  // them. Exact indices either way. (Fast numerics have their own specification and kernels:
+  // test_indexer_fast.cpp.)
   void run(IdxCase c, uint32_t seed, bool fp4 = false, bool bf16 = false) {
-    if (bf16 && !fp4) {
-      BackendOptions o = test_options();
-      o.force["indexer_topk"] = "fp64";
-      gpu = make_backend(BackendKind::CUDA, 0, o);
-    }
     const int di = 128, topk = 512, rpb = 128 / c.ratio;
     int base = 0;
     for (auto& s : c.seqs) {
@@ -61,8 +57,8 @@ class CudaIndexer : public CudaParity {
     ha.topk = topk;
     ha.sort_ascending = c.ascending;
     // The plan picks the path.
-    gpu->set_numerics(bf16 ? Numerics::Fast : fp4 ? Numerics::Official : Numerics::Reference);
-    cpu->set_numerics(bf16 ? Numerics::Fast : Numerics::Reference);
+    gpu->set_numerics(fp4 ? Numerics::Official : Numerics::Reference);
+    cpu->set_numerics(Numerics::Reference);
     ha.out_idx = view(ref, {T, topk});
     cpu->indexer_topk(ha, m);
     StepMeta gm = m;

@@ -21,7 +21,8 @@ class CudaV41Indexer : public CudaParity {
   // Candidate-source call (cand_out + its own unrestricted top-k), then a Reindex call with
   // other queries restricted to the CPU's candidates; every index compared.
   // fp4: official-numerics inputs (FP4-QDQ'd per 32, fp4_blocks set: the tensor-core path).
-  // bf16 (with fp4): fast numerics, q, w and keys bf16 tensors on both sides.
+  // bf16 (with fp4): fast numerics, q, w and keys bf16 tensors on both sides (the fast plan:
+  // mma_fp8 against the CPU fast specification, exact; test_indexer_fast.cpp derives why).
   void run(CandCase c, uint32_t seed, bool fp4 = false, bool bf16 = false) {
     const int Hi = 32, di = 128, ratio = 4, rpb = 128 / ratio;  // V4.1-Flash index heads
     int base = 0;

@@ -2,6 +2,8 @@
 // reference (model-spec §3.7, §3.8, design.md "Numerics": ties go to the lowest index).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -77,6 +79,71 @@ TEST(Indexer, WeightedReluScoreAgainstFormula) {
     std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return sc[x] > sc[y]; });
     for (int i = 0; i < topk; ++i) EXPECT_EQ(out[t * topk + i], order[i]) << t << " " << i;
   }
+}
+
+// Fast numerics: the f32 specification (fast_score, mirrored bit for bit by the CUDA FP8 kernel)
+// against the double sum S = sum_h w_h max(dot_h, 0). Error bound, u = 2^-24, first order plus a
+// 1% margin: each block sum B_b = dot_b (1 + e), |e| <= u, and the three f32 adds give
+// |d_h - dot_h| <= 4u sum_b |dot_b,h|; ReLU is 1-Lipschitz; the product w_h relu(d_h) rounds once
+// (u |term_h|); a term passes through at most MT + 3 f32 adds of the head sum (its pair, MT - 1
+// tile accumulations, 3 butterfly levels: MT = ceil(Hi / 16)). So
+//   |fast - S| <= 4u sum_h |w_h| sum_b |dot_b,h| + (MT + 4) u sum_h |w_h| relu(dot_h).
+// The selection must be the exact top-k of the fast scores, and the scores must differ from
+// the double sum's rounding somewhere (the fast arithmetic is in use).
+TEST(Indexer, FastSpecificationWithinItsBoundOfTheDoubleSum) {
+  CpuBackend be;
+  be.set_numerics(Numerics::Fast);
+  const int Hi = 40, di = 128, rpb = 4, ratio = 4, topk = 9, T = 2, NB = 20, MT = (Hi + 15) / 16;
+  std::vector<float> keys = test::random_vec(NB * rpb * di, 91), q = test::random_vec(T * Hi * di, 92),
+                     w = test::random_vec(T * Hi, 93);
+  std::vector<int32_t> bt(NB);
+  for (int b = 0; b < NB; ++b) bt[size_t(b)] = (b * 7) % NB;
+  StepMeta m = test::make_meta({{318, T, 0, bt}});  // positions 318, 319 -> 79, 80 visible rows
+  const int n_max = 80;
+  std::vector<int32_t> out(T * topk);
+  std::vector<float> sc(T * n_max, NAN);
+  IndexerArgs a;
+  a.q = view(q, {T, Hi, di});
+  a.w = view(w, {T, Hi});
+  a.keys = view(keys, {NB, rpb, di});
+  a.ratio = ratio;
+  a.rows_per_block = rpb;
+  a.topk = topk;
+  a.out_idx = view(out, {T, topk});
+  a.scores_out = view(sc, {T, n_max});
+  be.indexer_topk(a, m);
+  const double u = std::ldexp(1.0, -24);
+  int differ = 0;
+  for (int t = 0; t < T; ++t) {
+    const int n_vis = (318 + t + 1) / ratio;
+    for (int r = 0; r < n_vis; ++r) {
+      const float* k = &keys[size_t((bt[size_t(r / rpb)] * rpb + r % rpb) * di)];
+      double S = 0, blocks = 0, terms = 0;
+      for (int h = 0; h < Hi; ++h) {
+        double dot = 0, absb = 0;
+        for (int b = 0; b < di / 32; ++b) {
+          double db = 0;
+          for (int c = b * 32; c < (b + 1) * 32; ++c) db += double(q[size_t((t * Hi + h) * di + c)]) * k[c];
+          dot += db;
+          absb += std::fabs(db);
+        }
+        const double wh = w[size_t(t * Hi + h)];
+        S += wh * std::max(dot, 0.0);
+        blocks += std::fabs(wh) * absb;
+        terms += std::fabs(wh) * std::max(dot, 0.0);
+      }
+      const double bound = 1.01 * (4 * u * blocks + (MT + 4) * u * terms);
+      const float f = sc[size_t(t * n_max + r)];
+      EXPECT_LE(std::fabs(double(f) - S), bound) << t << " " << r;
+      differ += f != float(S);
+    }
+    std::vector<int> order(static_cast<size_t>(n_vis));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int x, int y) { return sc[size_t(t * n_max + x)] > sc[size_t(t * n_max + y)]; });
+    for (int i = 0; i < topk; ++i) EXPECT_EQ(out[size_t(t * topk + i)], order[size_t(i)]) << t << " " << i;
+  }
+  EXPECT_GT(differ, 0) << "the fast scores equal the double sum's rounding everywhere";
 }
 
 double sqrt_softplus(double l) { return std::sqrt(l > 20 ? l : std::log1p(std::exp(l))); }

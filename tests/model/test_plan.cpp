@@ -73,6 +73,7 @@ TEST(KernelPlan, V4FlashOnCudaPerMode) {
   // Indexer and experts.
   EXPECT_EQ(impls(off, "indexer_topk", "CSA indexer"), V{"mma_exact"});
   EXPECT_EQ(impls(ref, "indexer_topk", "CSA indexer"), V{"fp64"});
+  EXPECT_EQ(impls(fast, "indexer_topk", "CSA indexer"), V{"mma_fp8"});
   EXPECT_EQ(impls(off, "moe_experts", "ffn.experts"), V{"mma_bf16"});
   EXPECT_EQ(impls(ref, "moe_experts", "ffn.experts"), V{"simt"});
   EXPECT_EQ(impls(fast, "moe_experts", "ffn.experts"), (V{"gemv", "mma_bf16"}));
@@ -101,6 +102,13 @@ TEST(KernelPlan, V41FlashOnCudaRegimesAndCandidates) {
     }
   EXPECT_GE(cand_sites, 1);
   EXPECT_EQ(impls(off, "sparse_attention", "Full-r2 attention"), V{"mma_split_bf16"});
+  // Fast numerics: the FP8 tensor-core scorer at every indexer site, candidates included.
+  const KernelPlan fast = plan_of(kV41, BackendKind::CUDA, Numerics::Fast);
+  for (const PlanEntry& e : fast.entries())
+    if (e.site.op == "indexer_topk") {
+      EXPECT_EQ(e.impls.size(), 1u);
+      EXPECT_EQ(e.impls[0]->name, "mma_fp8") << e.site.where;
+    }
 }
 
 TEST(KernelPlan, CpuRunsEverySiteWithItsReference) {

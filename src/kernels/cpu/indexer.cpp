@@ -8,6 +8,41 @@
 #include "kernels/cpu/cpu_common.h"
 
 namespace dil {
+namespace {
+
+// The fast-numerics score of one (token, row): the arithmetic of the CUDA FP8 tensor-core
+// scorer (src/kernels/cuda/indexer_fp8.cu, which derives why its e4m3 products and per-block
+// MMA sums are exact for FP4-QDQ'd inputs), in its order:
+//   B_b(h) = f32 of the exact sum of q[h, c] * k[c] over the 32 dims of block b (dims ascending,
+//            in double: exact for FP4-QDQ'd values, and the same rounding as the device's for any)
+//   d_h    = ((B_0 + B_1) + B_2) + ...                       (f32)
+//   term_h = f32(w_h * max(d_h, 0))                          (0 for heads >= Hi)
+//   p_g    = sum over 16-head tiles mt ascending of (term_{16mt+g} + term_{16mt+g+8}), g < 8
+//   score  = ((p_0 + p_1) + (p_2 + p_3)) + ((p_4 + p_5) + (p_6 + p_7))
+// (the heads as the MMA fragments hold them: lane group g has heads g and g+8 of each tile).
+// q [Hi, di], w [Hi], k [di].
+float fast_score(const float* q, const float* w, const float* k, int64_t Hi, int64_t di) {
+  auto term = [&](int64_t h) -> float {
+    if (h >= Hi) return 0.f;
+    float d = 0.f;
+    for (int64_t b = 0; b * 32 < di; ++b) {
+      double s = 0.0;
+      for (int64_t c = b * 32; c < std::min(di, (b + 1) * 32); ++c) s += double(q[h * di + c]) * double(k[c]);
+      const float B = float(s);
+      d = b == 0 ? B : d + B;
+    }
+    return w[h] * (d > 0.f ? d : 0.f);
+  };
+  float p[8] = {};
+  for (int64_t mt = 0; mt * 16 < Hi; ++mt)
+    for (int g = 0; g < 8; ++g) {
+      const float pair = term(16 * mt + g) + term(16 * mt + g + 8);
+      p[g] = mt == 0 ? pair : p[g] + pair;
+    }
+  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+}  // namespace
 
 // Token t (sequence s, position p) sees n_vis = (p+1)/ratio index keys; key r lives at
 // keys[block_table[s, r / rpb], r % rpb]. score(r) = sum_h w[t,h] * ReLU(q[t,h] . k_r), all in
@@ -20,6 +55,8 @@ namespace dil {
 // +inf, and the top min(cand_topk, #blocks) blocks (ties: lowest block) are written ascending,
 // -1 padded. With cand_in, rows outside the listed blocks are not selectable.
 // q, w and keys: f32|bf16 (widened exactly).
+// Fast numerics score with fast_score above (f32 arithmetic in the tensor-core kernel's order)
+// instead of the double sum; the selection is the same.
 void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
   cpu::check_act(a.keys, "indexer keys");
   cpu::Staged sq(a.q, "indexer q"), sw(a.w, "indexer w");
@@ -32,8 +69,12 @@ void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
             a.keys.shape_str(), " rpb ", rpb);
   DIL_CHECK(a.out_idx.numel() == T * topk, "indexer: out_idx ", a.out_idx.shape_str(), " topk ", topk);
   const int cand = !a.cand_out.empty() ? 1 : !a.cand_in.empty() ? 2 : 0;
+  DIL_CHECK(a.scores_out.empty() || (a.cand_in.empty() && a.scores_out.dtype == DType::F32 &&
+                                     a.scores_out.ndim == 2 && a.scores_out.size(0) == T),
+            "indexer: scores_out ", a.scores_out.shape_str(), " (f32 [T, C], not with cand_in)");
   impl_for(indexer_site(int(Hi), int(di), topk, cand, a.cand_block, a.cand_topk, a.q.dtype, numerics()), T);
   const float *pq = sq.f(), *pw = sw.f();
+  const bool fast = numerics() == Numerics::Fast;
   std::vector<float> krow(static_cast<size_t>(di));  // [di] one widened key
   std::vector<float> score;     // [n_vis]
   std::vector<int32_t> order;   // [n_vis] selectable rows
@@ -53,6 +94,10 @@ void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
       const int blk = m.h_block_table[size_t(s) * m.max_blocks + r / rpb];
       DIL_CHECK(blk >= 0 && blk < a.keys.size(0), "indexer: row ", r, " of seq ", s, " has no block");
       const float* k = cpu::act_row(a.keys, int64_t(blk) * rpb + r % rpb, di, krow.data());
+      if (fast) {
+        score[r] = fast_score(pq + t * Hi * di, pw + t * Hi, k, Hi, di);
+        continue;
+      }
       double acc = 0.0;
       for (int64_t h = 0; h < Hi; ++h) {
         const float* qh = pq + (t * Hi + h) * di;
@@ -61,6 +106,11 @@ void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
         acc += double(pw[t * Hi + h]) * std::max(dot, 0.0);
       }
       score[r] = float(acc);
+    }
+    if (!a.scores_out.empty()) {
+      const int64_t C = a.scores_out.size(1);
+      float* so = a.scores_out.ptr<float>() + t * C;
+      for (int r = 0; r < std::min<int64_t>(n_vis, C); ++r) so[r] = score[r];
     }
     if (!a.cand_out.empty()) {
       const int cb = a.cand_block, nb = (n_vis + cb - 1) / cb, last = nb - 1;

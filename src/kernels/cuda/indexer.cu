@@ -6,12 +6,17 @@
 // bitonic-sorted in shared memory.
 // With quantizing numerics (the plan's mma_exact: FP4-QDQ'd q and keys) scores run on BF16 tensor cores instead
 // (indexer_mma.cu), with the same bits; idx_score_kernel below is the path for arbitrary values.
+// Fast numerics (the plan's mma_fp8 / fast_simt) score with the CPU's fast specification
+// (indexer_fp8.cu) and select with the few-pass radix of topk_rows.cu, over 32-bit score keys
+// and the row; a Reindex layer's scores are written compactly, candidate rows only.
 // q, w and keys are f32 or bf16 activations (the FP64 scorer is a template over their storage
 // types; bf16 values widen exactly, so the scores are the same function of the values).
 #include <algorithm>
 
+#include "kernels/cuda/indexer_fp8.cuh"
 #include "kernels/cuda/indexer_mma.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/topk_rows.h"
 
 namespace dil::cuda {
 namespace {
@@ -189,6 +194,64 @@ __global__ void __launch_bounds__(kTopkThreads) idx_topk_kernel(const float* sco
   }
 }
 
+// IndexerArgs::scores_out (tests): the first columns of scores [T, ld].
+void copy_scores_out(Ctx& c, const IndexerArgs& a, const float* scores, int64_t ld, int64_t n_cols) {
+  if (a.scores_out.empty()) return;
+  const int64_t C = a.scores_out.size(1), w = std::min(C, n_cols);
+  DIL_CHECK(a.cand_in.empty() && a.scores_out.dtype == DType::F32 && a.scores_out.ndim == 2 &&
+                a.scores_out.size(0) == a.q.size(0),
+            "indexer_topk: scores_out ", a.scores_out.shape_str(), " (f32 [T, C], not with cand_in)");
+  if (w > 0)
+    DIL_CUDA(cudaMemcpy2DAsync(a.scores_out.data, size_t(C) * 4, scores, size_t(ld) * 4, size_t(w) * 4,
+                               size_t(a.q.size(0)), cudaMemcpyDeviceToDevice, c.stream));
+}
+
+// Fast numerics: scores [T, ld] by the fast specification (V4 layout, or compact candidate
+// entries in Reindex), the V4.1 candidate blocks as before, rows by topk_rows.
+void indexer_topk_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, bool mma) {
+  const int T = int(a.q.size(0));
+  int max_pos = 0;
+  for (int32_t p : m.h_tok_pos) max_pos = std::max(max_pos, int(p));
+  const int n_max = std::max(1, (max_pos + 1) / a.ratio);
+  const bool restricted = !a.cand_in.empty();
+  const int64_t cols = restricted ? int64_t(a.cand_topk) * a.cand_block : n_max;
+  const int64_t ld = std::max<int64_t>(4, (cols + 3) / 4 * 4);  // float4 rows for topk_rows
+  Buffer sb = c.scratch(size_t(T) * ld * 4);
+  float* scores = static_cast<float*>(sb.data());  // [T, ld]
+  const int32_t* tok_pos = m.tok_pos.ptr<int32_t>();
+  indexer_scores_fast(c, a, m, ld, scores, mma);
+  copy_scores_out(c, a, scores, ld, n_max);
+  Buffer bb;
+  if (!a.cand_out.empty()) {
+    const int cb = a.cand_block, nb_max = ceil_div(n_max, cb);
+    bb = c.scratch(size_t(T) * nb_max * 4);
+    float* bscores = static_cast<float*>(bb.data());  // [T, nb_max]
+    dim3 gb(unsigned(ceil_div(nb_max, 128)), unsigned(T));
+    idx_block_score_kernel<<<gb, 128, 0, c.stream>>>(scores, int(ld), tok_pos, a.ratio, cb, nb_max, bscores);
+    DIL_LAUNCH_CHECK("idx_block_score_kernel");
+    idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(bscores, nb_max, nullptr, tok_pos, a.ratio, cb,
+                                                               a.cand_topk, true, a.cand_out.ptr<int32_t>());
+    DIL_LAUNCH_CHECK("idx_topk_kernel (candidates)");
+  }
+  TopkRows p;
+  p.scores = scores;
+  p.ld = ld;
+  p.n_queries = T;
+  if (restricted) {
+    p.n_fixed = cols;
+    p.cand = a.cand_in.ptr<int32_t>();
+    p.cand_topk = a.cand_topk;
+    p.cand_block = a.cand_block;
+  } else {
+    p.tok_pos = tok_pos;
+    p.ratio = a.ratio;
+  }
+  p.k = a.topk;
+  p.ascending = a.sort_ascending;
+  p.out = a.out_idx.ptr<int32_t>();
+  topk_rows(p, c.stream);
+}
+
 }  // namespace
 
 void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::string& impl) {
@@ -201,6 +264,17 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::st
             a.keys.shape_str(), " rpb ", a.rows_per_block);
   DIL_CHECK(a.topk <= kMaxTopk, "indexer_topk: topk ", a.topk, " > ", kMaxTopk);
   DIL_CHECK(a.out_idx.size(1) == a.topk, "indexer_topk: out ", a.out_idx.shape_str());
+  if (!a.cand_out.empty() || !a.cand_in.empty()) {
+    DIL_CHECK(a.cand_block > 0 && a.cand_topk > 0 && a.cand_topk <= kMaxTopk,
+              "indexer_topk: candidates need cand_block > 0 and 0 < cand_topk <= ", kMaxTopk);
+    const Tensor& ct = a.cand_out.empty() ? a.cand_in : a.cand_out;
+    DIL_CHECK(ct.dtype == DType::I32 && ct.numel() == int64_t(T) * a.cand_topk, "indexer_topk: candidates ",
+              ct.shape_str(), " for ", a.cand_topk);
+  }
+  if (impl == "mma_fp8" || impl == "fast_simt") {
+    indexer_topk_fast(c, a, m, impl == "mma_fp8");
+    return;
+  }
   int max_pos = 0;
   for (int32_t p : m.h_tok_pos) max_pos = std::max(max_pos, int(p));
   const int n_max = std::max(1, (max_pos + 1) / a.ratio);
@@ -238,14 +312,7 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::st
     });
     DIL_LAUNCH_CHECK("idx_score_kernel");
   }
-  const bool cands = !a.cand_out.empty() || !a.cand_in.empty();
-  if (cands) {
-    DIL_CHECK(a.cand_block > 0 && a.cand_topk > 0 && a.cand_topk <= kMaxTopk,
-              "indexer_topk: candidates need cand_block > 0 and 0 < cand_topk <= ", kMaxTopk);
-    const Tensor& ct = a.cand_out.empty() ? a.cand_in : a.cand_out;
-    DIL_CHECK(ct.dtype == DType::I32 && ct.numel() == int64_t(T) * a.cand_topk, "indexer_topk: candidates ",
-              ct.shape_str(), " for ", a.cand_topk);
-  }
+  copy_scores_out(c, a, scores, n_max, n_max);
   // V4.1 candidate source: the top cand_topk blocks by block score, ascending, -1 padded.
   Buffer bb;
   if (!a.cand_out.empty()) {

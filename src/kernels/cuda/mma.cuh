@@ -1,5 +1,5 @@
-// Warp-level BF16 tensor-core helpers shared by the tensor-core kernels (indexer_mma.cu,
-// attention_mma.cu, moe_mma.cu).
+// Warp-level BF16 and FP8 tensor-core helpers shared by the tensor-core kernels (indexer_mma.cu,
+// indexer_fp8.cu, attention_mma.cu, moe_mma.cu).
 #pragma once
 #include "kernels/cuda/common.cuh"
 
@@ -18,6 +18,18 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 }
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   mma_bf16(d, a, b[0], b[1]);
+}
+
+// d += a . b for one m16n8k32 tile of FP8 e4m3 operands, f32 accumulation (sm_89+; same
+// structure as above, 4 values per register, the lowest k in the lowest byte): a0 (row g, k
+// 4t..4t+3), a1 (row g+8, same k), a2 (row g, k 16+4t..), a3 (row g+8, k 16+4t..); b0 (k 4t..4t+3,
+// col g), b1 (k 16+4t.., col g); d as above.
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // f32 -> BF16 bits, round to nearest even (exact for values with <= 8 significant bits).

@@ -3,7 +3,8 @@
 // so that `inspect --plan --device cuda` and `kernels-doc` work on machines without a GPU or
 // nvcc. Registry order is preference; docs/kernels.md's op table is generated from it.
 // The limits here are the kernels' compile-time constants (attention_mma.cu kD/kHeads,
-// indexer_mma.cu kDi/kMaxHeads, indexer.cu kMaxQ/kMaxTopk, moe_mma.cuh kMmaBK, attention.cu
+// indexer_mma.cu kDi/kMaxHeads, indexer_fp8.cu kDi, indexer.cu kMaxQ/kMaxTopk,
+// topk_rows.h kTopkRowsMaxK, moe_mma.cuh kMmaBK, attention.cu
 // kMaxD, mhc.cu kMaxMix, gemv_fast.cuh kGvMaxRows/kGvMaxK): change both together.
 #include "kernels/cuda/registry.h"
 
@@ -95,14 +96,25 @@ Reqs attn_fp64(const OpSite& s) {
 std::string idx_limits(const OpSite& s) {
   return need(s.topk <= 2048 && s.cand_topk <= 2048, "top-k and candidate top-k at most 2048");
 }
+Reqs idx_fp8(const OpSite& s) {
+  return {need(s.numerics == Numerics::Fast, "fast numerics (the fp32 head sum of the fast specification)"),
+          need(s.act == DType::BF16, "bf16 activations (keys read in place from the bf16 cache)"),
+          need(s.head_dim == 128, "index head dim 128"),
+          need(s.heads == 16 || s.heads == 32 || s.heads == 64, "16, 32 or 64 index heads"), idx_limits(s)};
+}
+Reqs idx_fast_simt(const OpSite& s) {
+  return {need(s.numerics == Numerics::Fast, "fast numerics (the fp32 head sum of the fast specification)"),
+          idx_limits(s), act_f32_or_bf16(s)};
+}
 Reqs idx_mma(const OpSite& s) {
-  return {need(quantizes(s.numerics), "FP4-QDQ'd q and keys (official or fast numerics)"),
+  return {need(s.numerics == Numerics::Official, "official numerics (FP4-QDQ'd q and keys, the double head sum)"),
           need(s.head_dim == 128, "index head dim 128"),
           need(s.heads == 16 || s.heads == 32 || s.heads == 64, "16, 32 or 64 index heads"), idx_limits(s),
           act_f32_or_bf16(s)};
 }
 Reqs idx_fp64(const OpSite& s) {
-  return {need(s.heads * s.head_dim <= 8192 && s.heads <= 128, "at most 128 heads and 8192 q values per token"),
+  return {need(s.numerics != Numerics::Fast, "reference or official numerics (the double head sum)"),
+          need(s.heads * s.head_dim <= 8192 && s.heads <= 128, "at most 128 heads and 8192 q values per token"),
           idx_limits(s), act_f32_or_bf16(s)};
 }
 
@@ -192,6 +204,13 @@ std::vector<KernelImpl> build() {
       {"sparse_attention", "fp64", "block per (token, 8 heads), warp per head, rows staged 16 at a time (bf16 rows "
        "widened), online softmax in double", attn_fp64, 0, tolerance(1e-6, 1e-6, true),
        "tests/cuda/test_attention.cpp"},
+      {"indexer_topk", "mma_fp8", "fast specification: q (per token and head) and keys (per row, read in place from the "
+       "paged bf16 cache) as e4m3 with a power-of-two scale (exact for FP4-QDQ'd rows within 14 binades; other rows "
+       "rescored on CUDA cores), mma.sync m16n8k32 per 32-dim block, ReLU x weight and the head sum in registers in "
+       "f32, up to 8 tokens per CTA; few-pass radix top-k (topk_rows.cu)", idx_fp8, 0, exact_tolerance("scores and indices"),
+       "tests/cuda/test_indexer_fast.cpp"},
+      {"indexer_topk", "fast_simt", "fast specification on CUDA cores, one thread per (token, row); few-pass radix "
+       "top-k", idx_fast_simt, 0, exact_tolerance("scores and indices"), "tests/cuda/test_indexer_fast.cpp"},
       {"indexer_topk", "mma_exact", "FP4-QDQ'd q and keys as BF16 (exact; bf16 inputs read as they are), mma.sync per "
        "32-dim block (exact sums), head sum in double in the reference's order; radix top-k", idx_mma, 0,
        exact_tolerance("indices"), "tests/cuda/test_indexer_moe.cpp"},
