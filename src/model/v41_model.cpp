@@ -522,6 +522,14 @@ void V41Model::randomize_cache(uint64_t seed) {
     if (!l.active) continue;
     for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows}) fill_uniform(be_, *b, seed++, act_);
     for (Buffer* b : {&l.cstate_kv, &l.cstate_score}) fill_uniform(be_, *b, seed++);
+    if (!official_) continue;
+    // The rows as compress() and attention() write them (QDQ'd at the official points), so a
+    // synthesized context takes the same kernel paths as a real one.
+    const int64_t hd = cfg_.head_dim, di = cfg_.index_head_dim;
+    auto rows = [&](Buffer& b, int64_t w) { return b.as(act_, {int64_t(b.bytes() / dtype_size(act_)) / w, w}); };
+    if (l.ring.data()) be_.fp8_qdq(rows(l.ring, hd), int(hd), 32);
+    if (l.comp_rows.data()) be_.fp4_qdq(rows(l.comp_rows, hd), 16, true);
+    if (l.idx_rows.data()) be_.fp4_qdq(rows(l.idx_rows, di), 32, false);
   }
   const size_t keep = size_t(std::max(cfg_.engram_max_ngram - 1, 0));
   for (size_t i = 0; i < hist_.size(); ++i) {

@@ -304,6 +304,15 @@ void V4Model::randomize_cache(uint64_t seed) {
   for (Layer& l : layers_) {
     for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows}) fill_uniform(be_, *b, seed++, act_);
     for (Buffer* b : {&l.cstate_kv, &l.cstate_score, &l.istate_kv, &l.istate_score}) fill_uniform(be_, *b, seed++);
+    if (!official_) continue;
+    // The rows as the model writes them (attention(), compress()): QDQ'd at the official points,
+    // so a synthesized context takes the same kernel paths as a real one (the fast indexer
+    // rescores keys that are not FP4 values on CUDA cores).
+    const int64_t hd = cfg_.head_dim, di = cfg_.index_head_dim, rd = cfg_.rope_dims;
+    auto rows = [&](Buffer& b, int64_t w) { return b.as(act_, {int64_t(b.bytes() / dtype_size(act_)) / w, w}); };
+    if (l.ring.data()) be_.fp8_qdq(rows(l.ring, hd), int(hd - rd), 64);
+    if (l.comp_rows.data()) be_.fp8_qdq(rows(l.comp_rows, hd), int(hd - rd), 64);
+    if (l.idx_rows.data()) be_.fp4_qdq(rows(l.idx_rows, di), 32, false);
   }
 }
 
