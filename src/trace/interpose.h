@@ -58,6 +58,9 @@ class InterposingBackend : public Backend {
   // virtual); the inner backend dispatches on its own copy: call this after load_model (and
   // after set_numerics), before the first op.
   void sync_plan();
+  // While set, ops run straight on the inner backend, unseen by the hook: the trace's synthesized
+  // context (Model::randomize_cache QDQs the rows it writes) is set-up, not a traced step.
+  void set_passthrough(bool on) { passthrough_ = on; }
   Backend& inner() { return in_; }
 
   Device device() const override { return in_.device(); }
@@ -108,11 +111,15 @@ class InterposingBackend : public Backend {
  private:
   // A call of a family with one implementation per backend (its site as op_sites lists it).
   Call simple(const char* op, int64_t rows) const;
-  void run(Call& c, const std::function<void()>& op) { hook_.around(in_, c, op); }
+  void run(Call& c, const std::function<void()>& op) {
+    if (passthrough_) op();
+    else hook_.around(in_, c, op);
+  }
 
   Backend& in_;
   CallHook& hook_;
   std::string label_;
+  bool passthrough_ = false;
 };
 
 }  // namespace dil::trace

@@ -77,7 +77,11 @@ std::unique_ptr<Model> load(const TraceOptions& o, InterposingBackend& be, Numer
   m->allocate_cache(n_blocks, 1, CacheSpec{}.block_tokens);
   // The same synthesized context on both sides (and, in a mode pair, A's state is what B
   // reads at every op anyway).
-  if (o.start_pos > 0) m->randomize_cache(o.seed + 1);
+  if (o.start_pos > 0) {
+    be.set_passthrough(true);
+    m->randomize_cache(o.seed + 1);
+    be.set_passthrough(false);
+  }
   return m;
 }
 
