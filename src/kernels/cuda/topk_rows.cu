@@ -2,7 +2,14 @@
 // 64-bit keys c = order-preserving score bits << 32 | ~row, which are distinct, so the k-th
 // largest is found exactly and ties go to the lowest row.
 //
-// Passes over the row in global memory (the second one mostly hits L2, the row having just
+// Rows of at least 32 k entries (aligned) first take a sampled path: a histogram of one float4
+// per kSample = 16 (256 bytes: an eighth of the sectors) picks a bucket that about 2k entries
+// of the row should reach, one pass keeps the entries at or above it (only ~2k of them touch shared
+// memory), and the remaining radix levels resolve them exactly. The bucket is monotone in the
+// score, so when at least k entries are kept the top k are among them; when fewer than k, or
+// more than fit, are kept (a sample unlike its row), the exact path below runs from the start.
+//
+// The exact path's passes over the row in global memory (the second one mostly hits L2, the row having just
 // been read): (1) a histogram of an 11-bit monotone bucket of the score (the top 11 bits of
 // its order-preserving fp16 key: 32 buckets per binade, so the mass spreads over many bins
 // where the top bits of the f32 key would put it in a few); the bucket P1 holding the k-th
@@ -20,12 +27,12 @@
 namespace dil::cuda {
 namespace {
 
-constexpr int kThreads = 512;
 constexpr int kBins = 2048;  // 11-bit digits
-constexpr int kBinsPerThread = kBins / kThreads;
-constexpr int kCand = 8192;  // candidates held in shared memory (64 KB)
 
+// Threads per CTA, candidates held in shared memory (8 bytes each).
+template <int kThreads, int kCand>
 struct Smem {
+  static constexpr int kBinsPerThread = kBins / kThreads;
   uint64_t sel[kTopkRowsMaxK];  // selected keys, then the sorted output
   uint64_t cand[kCand];         // entries of the threshold bucket
   unsigned hist[kBins];
@@ -35,7 +42,6 @@ struct Smem {
   unsigned need_left, bin_count, total;
   unsigned long long diff;       // OR of the candidates' differences from the first
 };
-static_assert(sizeof(Smem) <= 110 * 1024, "two CTAs per SM");
 
 __device__ __forceinline__ uint32_t key32(float v) {
   if (v == 0.f) v = 0.f;  // -0 ties with +0
@@ -58,7 +64,9 @@ __device__ __forceinline__ uint64_t composite(float v, int row) {
 // s.bin, s.need_left = need - (entries in higher bins), s.bin_count = hist[bin]; s.total = the
 // histogram's total (s.bin = -1 when it is 0). Thread t owns bins kBins-1-4t .. kBins-4-4t (descending), so
 // an exclusive scan over threads counts the entries above each thread's bins.
-__device__ void find_bin(Smem& s, unsigned need) {
+template <int kThreads, class S>
+__device__ void find_bin(S& s, unsigned need) {
+  constexpr int kBinsPerThread = S::kBinsPerThread;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   unsigned local[kBinsPerThread], sum = 0;
 #pragma unroll
@@ -102,9 +110,11 @@ __device__ void find_bin(Smem& s, unsigned need) {
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(kThreads, 2) topk_rows_kernel(TopkRows P) {
+template <int kThreads, int kMinBlocks, int kCand, int kSample>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) topk_rows_kernel(TopkRows P) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  Smem& s = *reinterpret_cast<Smem*>(smem_raw);
+  using S = Smem<kThreads, kCand>;
+  S& s = *reinterpret_cast<S*>(smem_raw);
   const int tid = threadIdx.x;
   const int64_t q = blockIdx.x;
   const int n = P.tok_pos ? (P.tok_pos[q] + 1) / P.ratio : int(P.n_fixed);
@@ -151,101 +161,145 @@ __global__ void __launch_bounds__(kThreads, 2) topk_rows_kernel(TopkRows P) {
     if (slot < cap) buf[slot] = c;
   };
 
-  // (1) Bucket histogram of the selectable entries.
-  clear_hist();
-  if (tid == 0) s.n_sel = s.n_cand = 0;
-  __syncthreads();
-  for_each([&](float v, int) {
-    if (!isnan(v)) atomicAdd(&s.hist[bucket(v)], 1u);
-  });
-  __syncthreads();
-  find_bin(s, unsigned(P.k));
-  const int kk = int(min(unsigned(P.k), s.total));
-  if (kk > 0) {
-    const uint32_t P1 = uint32_t(s.bin);
-    unsigned need = s.need_left, ncand = s.bin_count;
-    uint64_t prefix = 0, mask = 0;  // radix state on c within bucket P1
-    int shift = 64;
-    // Rare: bucket P1 too large for shared memory: refine the prefix over global memory.
-    while (ncand > unsigned(kCand) && ncand != need && shift > 0) {
+  // (3) The remaining radix levels over s.cand in shared memory: entries whose key matches
+  // `prefix` under `mask` hold the `need` still wanted (ncand of them); the selected ones join
+  // s.sel. Block-uniform arguments.
+  auto resolve = [&](unsigned need, unsigned ncand, uint64_t prefix, uint64_t mask, int shift) {
+    const int nc = min(s.n_cand, kCand);
+    // Skip the levels where all candidates agree (the bucket fixes the score's top bits):
+    // continue from the highest bit in which two of them differ.
+    if (tid == 0) s.diff = 0;
+    __syncthreads();
+    const uint64_t c0 = s.cand[0];
+    uint64_t diff = 0;
+    for (int i = tid; i < nc; i += kThreads) diff |= s.cand[i] ^ c0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) diff |= __shfl_xor_sync(0xffffffffu, diff, o);
+    if ((tid & 31) == 0 && diff) atomicOr(&s.diff, static_cast<unsigned long long>(diff));
+    __syncthreads();
+    diff = s.diff;
+    if (diff) {
+      const int top = 63 - __clzll(static_cast<long long>(diff));
+      if (top + 1 < shift) {
+        const uint64_t keep = ~((uint64_t(1) << (top + 1)) - 1);  // bits above top: common
+        prefix |= c0 & keep & ~mask;
+        mask |= keep;
+        shift = top + 1;
+      }
+    }
+    while (ncand != need && shift > 0) {
       const int w = min(11, shift);
       shift -= w;
       const uint64_t wm = (uint64_t(1) << w) - 1;
       clear_hist();
       __syncthreads();
-      for_each([&](float v, int j) {
-        if (isnan(v) || bucket(v) != P1) return;
-        const uint64_t c = composite(v, row_of(j));
+      for (int i = tid; i < nc; i += kThreads) {
+        const uint64_t c = s.cand[i];
         if ((c & mask) == prefix) atomicAdd(&s.hist[(c >> shift) & wm], 1u);
-      });
+      }
       __syncthreads();
-      find_bin(s, need);
+      find_bin<kThreads>(s, need);
       prefix |= uint64_t(s.bin) << shift;
       mask |= wm << shift;
       need = s.need_left;
       ncand = s.bin_count;
     }
-    // (2) Entries above the threshold to the selection, the threshold's to the candidates
-    // (or to the selection too when all of them are needed).
-    const bool all_eq = ncand == need;
-    for_each([&](float v, int j) {
-      if (isnan(v)) return;
-      const uint32_t d = bucket(v);
-      if (d < P1) return;
-      const uint64_t c = composite(v, row_of(j));
-      const uint64_t cm = c & mask;
-      if (d > P1 || cm > prefix || (all_eq && cm == prefix))
-        push(s.sel, &s.n_sel, kTopkRowsMaxK, c);
-      else if (cm == prefix)
-        push(s.cand, &s.n_cand, kCand, c);
+    for (int i = tid; i < nc; i += kThreads) {
+      const uint64_t c = s.cand[i];
+      if ((c & mask) >= prefix) push(s.sel, &s.n_sel, kTopkRowsMaxK, c);
+    }
+    __syncthreads();
+  };
+
+  // (0) Fast path for long rows: a threshold bucket from a sample (one float4 in kSample, so a
+  // 1/kSample fraction of the entries; kSample = 16 reads one 32-byte sector in 8), then one pass
+  // that keeps only the entries at or above it, resolved exactly in shared memory. The sample asks
+  // for about twice the k/kSample entries it should hold above the k-th largest, so the pass
+  // keeps ~2k entries; when it keeps
+  // fewer than k or more than fit, the exact path below runs from the start instead.
+  bool done = false;
+  const bool aligned = (P.ld & 3) == 0 && (reinterpret_cast<uintptr_t>(P.scores) & 15) == 0;
+  if (aligned && n >= 32 * P.k) {
+    clear_hist();
+    if (tid == 0) s.n_sel = s.n_cand = 0;
+    __syncthreads();
+    const float4* s4 = reinterpret_cast<const float4*>(sc);
+    for (int i = tid; 4 * kSample * (i + 1) <= n; i += kThreads) {
+      const float4 v = __ldg(s4 + kSample * i);
+      for (float x : {v.x, v.y, v.z, v.w})
+        if (!isnan(x)) atomicAdd(&s.hist[bucket(x)], 1u);
+    }
+    __syncthreads();
+    const unsigned k8 = unsigned(P.k) / kSample;
+    const unsigned need_s = 2 * k8 + 3 * unsigned(sqrtf(float(k8))) + 8;
+    find_bin<kThreads>(s, need_s);
+    if (s.total >= need_s) {
+      const uint32_t B = uint32_t(s.bin);
+      for_each([&](float v, int j) {
+        if (!isnan(v) && bucket(v) >= B) push(s.cand, &s.n_cand, kCand, composite(v, row_of(j)));
+      });
+      __syncthreads();
+      const unsigned nc = unsigned(s.n_cand);
+      if (nc >= unsigned(P.k) && nc <= unsigned(kCand)) {
+        resolve(unsigned(P.k), nc, 0, 0, 64);
+        done = true;
+      }
+    }
+    __syncthreads();
+  }
+  // The exact path from the start.
+  int kk = P.k;
+  if (!done) {
+    // (1) Bucket histogram of the selectable entries.
+    clear_hist();
+    if (tid == 0) s.n_sel = s.n_cand = 0;
+    __syncthreads();
+    for_each([&](float v, int) {
+      if (!isnan(v)) atomicAdd(&s.hist[bucket(v)], 1u);
     });
     __syncthreads();
-    if (!all_eq) {
-      // (3) The remaining levels over the candidates in shared memory.
-      const int nc = min(s.n_cand, kCand);
-      // Skip the levels where all candidates agree (the bucket fixes the score's top bits):
-      // continue from the highest bit in which two of them differ.
-      if (tid == 0) s.diff = 0;
-      __syncthreads();
-      const uint64_t c0 = s.cand[0];
-      uint64_t diff = 0;
-      for (int i = tid; i < nc; i += kThreads) diff |= s.cand[i] ^ c0;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) diff |= __shfl_xor_sync(0xffffffffu, diff, o);
-      if ((tid & 31) == 0 && diff) atomicOr(&s.diff, static_cast<unsigned long long>(diff));
-      __syncthreads();
-      diff = s.diff;
-      if (diff) {
-        const int top = 63 - __clzll(static_cast<long long>(diff));
-        if (top + 1 < shift) {
-          const uint64_t keep = ~((uint64_t(1) << (top + 1)) - 1);  // bits above top: common
-          prefix |= c0 & keep & ~mask;
-          mask |= keep;
-          shift = top + 1;
-        }
-      }
-      while (ncand != need && shift > 0) {
+    find_bin<kThreads>(s, unsigned(P.k));
+    kk = int(min(unsigned(P.k), s.total));
+    if (kk > 0) {
+      const uint32_t P1 = uint32_t(s.bin);
+      unsigned need = s.need_left, ncand = s.bin_count;
+      uint64_t prefix = 0, mask = 0;  // radix state on c within bucket P1
+      int shift = 64;
+      // Rare: bucket P1 too large for shared memory: refine the prefix over global memory.
+      while (ncand > unsigned(kCand) && ncand != need && shift > 0) {
         const int w = min(11, shift);
         shift -= w;
         const uint64_t wm = (uint64_t(1) << w) - 1;
         clear_hist();
         __syncthreads();
-        for (int i = tid; i < nc; i += kThreads) {
-          const uint64_t c = s.cand[i];
+        for_each([&](float v, int j) {
+          if (isnan(v) || bucket(v) != P1) return;
+          const uint64_t c = composite(v, row_of(j));
           if ((c & mask) == prefix) atomicAdd(&s.hist[(c >> shift) & wm], 1u);
-        }
+        });
         __syncthreads();
-        find_bin(s, need);
+        find_bin<kThreads>(s, need);
         prefix |= uint64_t(s.bin) << shift;
         mask |= wm << shift;
         need = s.need_left;
         ncand = s.bin_count;
       }
-      for (int i = tid; i < nc; i += kThreads) {
-        const uint64_t c = s.cand[i];
-        if ((c & mask) >= prefix) push(s.sel, &s.n_sel, kTopkRowsMaxK, c);
-      }
+      // (2) Entries above the threshold to the selection, the threshold's to the candidates
+      // (or to the selection too when all of them are needed).
+      const bool all_eq = ncand == need;
+      for_each([&](float v, int j) {
+        if (isnan(v)) return;
+        const uint32_t d = bucket(v);
+        if (d < P1) return;
+        const uint64_t c = composite(v, row_of(j));
+        const uint64_t cm = c & mask;
+        if (d > P1 || cm > prefix || (all_eq && cm == prefix))
+          push(s.sel, &s.n_sel, kTopkRowsMaxK, c);
+        else if (cm == prefix)
+          push(s.cand, &s.n_cand, kCand, c);
+      });
       __syncthreads();
+      if (!all_eq) resolve(need, ncand, prefix, mask, shift);
     }
   }
   // Sort the kk selected keys: descending c (score desc, row asc), or ascending rows.
@@ -258,20 +312,49 @@ __global__ void __launch_bounds__(kThreads, 2) topk_rows_kernel(TopkRows P) {
     s.sel[i] = v;
   }
   __syncthreads();
-  for (int size = 2; size <= P2; size <<= 1) {
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int i = tid; i < P2; i += kThreads) {
-        const int j = i ^ stride;
-        if (j > i) {
-          const bool up = ((i & size) == 0) == P.ascending;
-          const uint64_t a = s.sel[i], b = s.sel[j];
-          if (up ? (a > b) : (a < b)) {
-            s.sel[i] = b;
-            s.sel[j] = a;
+  if (P2 <= kThreads) {
+    // One key per thread: strides below 32 exchange by warp shuffles, the longer ones through
+    // shared memory, alternating between two buffers (s.sel, s.cand) so that one barrier per
+    // stage suffices (10 of the 45 stages at P2 = 512). Threads >= P2 carry padding; a key's
+    // partner t ^ stride stays below P2.
+    uint64_t v = tid < P2 ? s.sel[tid] : 0;
+    int buf = 0;
+    for (int size = 2; size <= P2; size <<= 1) {
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        uint64_t o;
+        if (stride >= 32) {
+          uint64_t* b = buf ? s.cand : s.sel;
+          buf ^= 1;
+          b[tid] = v;
+          __syncthreads();
+          o = b[tid ^ stride];
+        } else {
+          o = __shfl_xor_sync(0xffffffffu, v, stride);
+        }
+        const bool up = ((tid & size) == 0) == P.ascending;  // as the loop below: the lower key takes the min when up
+        const bool lower = (tid & stride) == 0;
+        v = (lower == up) ? min(v, o) : max(v, o);
+      }
+    }
+    __syncthreads();
+    if (tid < P2) s.sel[tid] = v;
+    __syncthreads();
+  } else {
+    for (int size = 2; size <= P2; size <<= 1) {
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        for (int i = tid; i < P2; i += kThreads) {
+          const int j = i ^ stride;
+          if (j > i) {
+            const bool up = ((i & size) == 0) == P.ascending;
+            const uint64_t a = s.sel[i], b = s.sel[j];
+            if (up ? (a > b) : (a < b)) {
+              s.sel[i] = b;
+              s.sel[j] = a;
+            }
           }
         }
+        __syncthreads();
       }
-      __syncthreads();
     }
   }
   int32_t* out = P.out + q * P.k;
@@ -293,16 +376,25 @@ __global__ void fill_uniform_kernel(float* x, int64_t n, uint32_t seed) {
   }
 }
 
+template <int kThreads, int kMinBlocks, int kCand, int kSample>
+void launch(const TopkRows& p, void* stream) {
+  static_assert(sizeof(Smem<kThreads, kCand>) * kMinBlocks <= 227 * 1024, "kMinBlocks CTAs per SM");
+  const size_t sm = sizeof(Smem<kThreads, kCand>);
+  auto* k = topk_rows_kernel<kThreads, kMinBlocks, kCand, kSample>;
+  DIL_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm)));
+  k<<<unsigned(p.n_queries), kThreads, sm, static_cast<cudaStream_t>(stream)>>>(p);
+  DIL_LAUNCH_CHECK("topk_rows_kernel");
+}
+
 }  // namespace
 
+// 512 threads, 3 CTAs per SM, 4,096 candidates (32 KB), a sample of one float4 per 256 bytes:
+// the fastest of the configurations measured on the H200 (docs/performance.md).
 void topk_rows(const TopkRows& p, void* stream) {
   if (p.n_queries == 0) return;
   DIL_CHECK(p.k > 0 && p.k <= kTopkRowsMaxK, "topk_rows: k ", p.k, " not in [1, ", kTopkRowsMaxK, "]");
   DIL_CHECK(!p.cand || (p.cand_block > 0 && p.cand_topk > 0), "topk_rows: candidates need cand_block and cand_topk");
-  const size_t sm = sizeof(Smem);
-  DIL_CUDA(cudaFuncSetAttribute(topk_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm)));
-  topk_rows_kernel<<<unsigned(p.n_queries), kThreads, sm, static_cast<cudaStream_t>(stream)>>>(p);
-  DIL_LAUNCH_CHECK("topk_rows_kernel");
+  launch<512, 3, 4096, 16>(p, stream);
 }
 
 void fill_uniform_f32(float* x, int64_t n, uint32_t seed, void* stream) {
