@@ -334,7 +334,7 @@ int flash_splits(const AttnArgs& a, const StepMeta& m, int sm_count) {
     const int n = std::min(p + 1, a.window) + (ratio > 0 ? (K ? K : (p + 1) / ratio) : 0);
     max_tiles = std::max(max_tiles, int(ceil_div(n, kRows)));
   }
-  const int want = int(ceil_div(sm_count, T * G));
+  const int want = int(sm_count / (T * G));  // CTAs within one wave (one CTA per SM): a second wave would double the time
   return std::max(1, std::min({want, max_tiles / 2, 16}));
 }
 

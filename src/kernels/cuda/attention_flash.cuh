@@ -12,9 +12,9 @@ namespace dil::cuda {
 // instructions and rescales per tile).
 constexpr int kFlashHeads = 64, kFlashD = 512, kFlashRows = 64;
 
-// How many CTAs share one token's rows: 1 for prefill-sized steps; for decode-sized ones enough
-// to fill the SMs, at most one per two tiles of the longest token's rows (host arithmetic on the
-// positions of StepMeta, nothing read back).
+// How many CTAs share one token's rows: 1 for prefill-sized steps; for decode-sized ones as many
+// as fit in one wave of CTAs (one per SM), at most one per two tiles of the longest token's rows
+// and 16 (host arithmetic on the positions of StepMeta, nothing read back).
 int flash_splits(const AttnArgs& a, const StepMeta& m, int sm_count);
 
 // out = attention (AttnArgs semantics, CpuBackend::sparse_attention) with n_split CTAs per
