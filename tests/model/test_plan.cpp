@@ -51,11 +51,11 @@ TEST(KernelPlan, V4FlashOnCudaPerMode) {
   const KernelPlan ref = plan_of(kV4, BackendKind::CUDA, Numerics::Reference);
   const KernelPlan off = plan_of(kV4, BackendKind::CUDA, Numerics::Official);
   const KernelPlan fast = plan_of(kV4, BackendKind::CUDA, Numerics::Fast);
-  // Attention: exact FP64 in reference, BF16-split tensor cores in official, BF16 in fast.
+  // Attention: exact FP64 in reference, BF16-split tensor cores in official, BF16 (FlashMLA-style) in fast.
   for (const char* kind : {"SWA attention", "CSA attention", "HCA attention"}) {
     EXPECT_EQ(impls(ref, "sparse_attention", kind), V{"fp64"}) << kind;
     EXPECT_EQ(impls(off, "sparse_attention", kind), V{"mma_split_bf16"}) << kind;
-    EXPECT_EQ(impls(fast, "sparse_attention", kind), V{"mma_bf16"}) << kind;
+    EXPECT_EQ(impls(fast, "sparse_attention", kind), V{"flash_bf16"}) << kind;  // 64 heads per CTA
   }
   // Projections: FP8 128x128 with act 128 on cuBLASLt once activations are quantized; reference
   // numerics quantize nothing, so the exact SIMT kernel runs them.
@@ -108,6 +108,12 @@ TEST(KernelPlan, V41FlashOnCudaRegimesAndCandidates) {
     if (e.site.op == "indexer_topk") {
       EXPECT_EQ(e.impls.size(), 1u);
       EXPECT_EQ(e.impls[0]->name, "mma_fp8") << e.site.where;
+    }
+  // 64 heads of 512: the FlashMLA-style kernel at every attention site.
+  for (const PlanEntry& e : fast.entries())
+    if (e.site.op == "sparse_attention") {
+      EXPECT_EQ(e.impls.size(), 1u);
+      EXPECT_EQ(e.impls[0]->name, "flash_bf16") << e.site.where;
     }
 }
 

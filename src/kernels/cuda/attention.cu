@@ -8,6 +8,7 @@
 // is the reference's to a last-bit rounding. q, the rows and out are f32 or bf16 (one dtype,
 // AttnArgs): the kernels are templates over its storage type; bf16 rows are widened exactly
 // when staged, the output rounded once (after its f32 rounding, as the reference).
+#include "kernels/cuda/attention_flash.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace dil::cuda {
@@ -178,6 +179,13 @@ void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m, const std::s
     using T = decltype(tq);
     const AttnParams<T> P = make_attn_params<T>(a, m);
     if (T_tokens == 0) return;
+    if (impl == "flash_bf16") {  // fast: CTA per (token, 64 heads), rows gathered once per token
+      if constexpr (std::is_same_v<T, bf16_t>) {
+        sparse_attention_flash(c, P, a, m, T_tokens);
+        return;
+      }
+      DIL_FAIL("sparse_attention flash_bf16: ", dtype_name(a.q.dtype), " activations (bf16 only)");
+    }
     if (impl == "mma_split_bf16" || impl == "mma_bf16") {
       // official: f32 operands split hi + lo; fast: BF16 operands and probabilities.
       constexpr bool kBf16 = std::is_same_v<T, bf16_t>;

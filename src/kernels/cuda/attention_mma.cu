@@ -9,7 +9,7 @@
 //   the probabilities are rounded to BF16 for P.V (one MMA), the row sums stay those of the f32
 //   probabilities; bf16 output (rounded once).
 // Both: f32 accumulation, f32 online softmax (expf) with the sink in the denominator at the end.
-// Bounds: tests/cuda/test_attention.cpp.
+// Bounds: tests/cuda/test_attention.cpp (official), test_attention_fast.cpp (fast).
 //
 // One CTA per (token, 16 heads), 4 warps. The token's candidate rows (window rows, then
 // compressed rows; MQA: one row serves as key and value for every head) are staged 32 at a

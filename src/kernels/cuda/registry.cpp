@@ -3,6 +3,7 @@
 // so that `inspect --plan --device cuda` and `kernels-doc` work on machines without a GPU or
 // nvcc. Registry order is preference; docs/kernels.md's op table is generated from it.
 // The limits here are the kernels' compile-time constants (attention_mma.cu kD/kHeads,
+// attention_flash.cuh kFlashHeads/kFlashD,
 // indexer_mma.cu kDi/kMaxHeads, indexer_fp8.cu kDi, indexer.cu kMaxQ/kMaxTopk,
 // topk_rows.h kTopkRowsMaxK, moe_mma.cuh kMmaBK, attention.cu
 // kMaxD, mhc.cu kMaxMix, gemv_fast.cuh kGvMaxRows/kGvMaxK): change both together.
@@ -77,6 +78,12 @@ Reqs gl_dequant_bf16(const OpSite& s) {
 }
 
 // ---- sparse_attention ----
+constexpr int kFlashHeads = 64, kFlashD = 512;  // attention_flash.cuh
+Reqs attn_flash(const OpSite& s) {
+  return {need(s.numerics == Numerics::Fast, "fast numerics (BF16 operands, BF16 probabilities)"),
+          need(s.act == DType::BF16, "bf16 activations"), need(s.head_dim == kFlashD, "head dim 512"),
+          need(s.heads % kFlashHeads == 0, "heads a multiple of 64")};
+}
 Reqs attn_mma_bf16(const OpSite& s) {
   return {need(s.numerics == Numerics::Fast, "fast numerics (BF16 operands, BF16 probabilities)"),
           need(s.act == DType::BF16, "bf16 activations"), need(s.head_dim == 512, "head dim 512"),
@@ -149,7 +156,9 @@ std::vector<KernelImpl> build() {
   // BF16 P: |o - o_ref| <= ((E - 1) + E (1 + 2^-8)(2^-8 + gamma)) sum_j w_j |v_j| + one bf16 ulp,
   // and sum_j w_j |v_j| <= max|rows|: 2^-7 of max|rows| while the score and accumulation terms
   // stay below 2^-8; in L2 4x the P roundings' expectation (2^-8 / sqrt(3) relative).
-  const Tolerance attn_bf16_p = derived_tolerance(1e-2, 0x1p-7, true, "tests/cuda/test_attention.cpp",
+  // flash_bf16 and mma_bf16 share it: the same arithmetic, the derivation's tile size and rounding
+  // counts differ (tests/cuda/test_attention_fast.cpp).
+  const Tolerance attn_bf16_p = derived_tolerance(1e-2, 0x1p-7, true, "tests/cuda/test_attention_fast.cpp",
                                                   "BF16 P: 2^-8 of sum p|v|");
   // Accumulation-order flips of the bf16 roundings of g, u, h, y and of h's FP8 rounding: a
   // quarter of the fast roundings' own distance in L2 (the test's second check), a few FP8 flips
@@ -195,9 +204,14 @@ std::vector<KernelImpl> build() {
        tolerance(2e-5, 1e-4, true), lin},
       {"grouped_linear", "simt", "SIMT kernel with a group grid dimension, double accumulation", simt_gemm, 0,
        exact_tolerance("a bf16 output: the reference's rounding"), lin},
+      {"sparse_attention", "flash_bf16", "CTA per (token, 64 heads), 8 warps: q in shared memory, rows gathered by "
+       "index with cp.async into double-buffered tiles of 64 (staged once per token), mma.sync m16n8k16 on the BF16 "
+       "operands (one per product) for q.k^T and P.V, f32 online softmax in registers (exp2), BF16 P, the sink in the "
+       "final normalizer; decode-sized steps split a token's rows over CTAs and combine", attn_flash, 0, attn_bf16_p,
+       "tests/cuda/test_attention_fast.cpp"},
       {"sparse_attention", "mma_bf16", "CTA per (token, 16 heads), BF16 q and rows as the MMA operands (one mma.sync "
        "m16n8k16 per product), f32 online softmax with the sink, probabilities rounded to BF16 for P.V, bf16 output",
-       attn_mma_bf16, 0, attn_bf16_p, "tests/cuda/test_attention.cpp"},
+       attn_mma_bf16, 0, attn_bf16_p, "tests/cuda/test_attention_fast.cpp"},
       {"sparse_attention", "mma_split_bf16", "CTA per (token, 16 heads), rows as BF16 hi/lo halves, 3 mma.sync per "
        "product, f32 online softmax with the sink", attn_mma_split, 0, tolerance(1e-4, 6e-4),
        "tests/cuda/test_attention.cpp"},

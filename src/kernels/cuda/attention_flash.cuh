@@ -1,0 +1,25 @@
+// The fast-numerics sparse attention at FlashMLA's structure (attention_flash.cu, the plan's
+// flash_bf16): one CTA per (token, 64 heads), rows gathered by index into double-buffered
+// shared-memory tiles, BF16 tensor-core products with f32 accumulation, BF16 P; decode-sized
+// steps split each token's rows over several CTAs and combine.
+#pragma once
+#include "kernels/cuda/attention_mma.cuh"
+
+namespace dil::cuda {
+
+// Heads per CTA and head dim of the kernel (registry.cpp: attn_flash requires them; change both
+// together). Rows per shared-memory tile (tests/cuda/test_attention.cpp's bound counts its P.V
+// instructions and rescales per tile).
+constexpr int kFlashHeads = 64, kFlashD = 512, kFlashRows = 64;
+
+// How many CTAs share one token's rows: 1 for prefill-sized steps; for decode-sized ones as many
+// as fit in one wave of CTAs (one per SM), at most one per two tiles of the longest token's rows
+// and 16 (host arithmetic on the positions of StepMeta, nothing read back).
+int flash_splits(const AttnArgs& a, const StepMeta& m, int sm_count);
+
+// out = attention (AttnArgs semantics, CpuBackend::sparse_attention) with n_split CTAs per
+// (token, 64 heads): n_split == 0 picks flash_splits on this device.
+void sparse_attention_flash(Ctx& c, const AttnParams<bf16_t>& P, const AttnArgs& a, const StepMeta& m, int T_tokens,
+                            int n_split = 0);
+
+}  // namespace dil::cuda
