@@ -165,6 +165,7 @@ struct EngineInfo {
   int kv_slots = 0;
   int64_t kv_bytes_per_block = 0;
   int64_t kv_bytes_per_slot = 0;
+  std::string kv_sizing;           // how the pool was sized (the budget's source), for the log
   bool prefix_cache = false;       // EngineOptions::enable_prefix_cache
   int prefix_cache_slots = 0;      // slots beyond kv_slots, for prefix-cache snapshots only
   int dp_size = 1;                 // data-parallel ranks behind this engine (GenRequest::dp_rank)
@@ -202,10 +203,16 @@ struct EngineOptions {
   int max_num_seqs = 256;             // vLLM's default; each running sequence holds a state slot
   int max_num_batched_tokens = 2048;
   int max_model_len = 4096;
-  int64_t kv_blocks = 0;              // 0: derive from kv_memory_bytes
-  int64_t kv_memory_bytes = 256ll << 20;
+  // KV pool size (runtime/pool_sizing.cpp): kv_blocks blocks if > 0; else blocks + slots within
+  // kv_memory_bytes if > 0; else automatic: on CUDA gpu_memory_utilization x the device's memory
+  // minus what is in use after load and the scratch of a profiling step (vLLM's rule), on the
+  // CPU min(gpu_memory_utilization x MemAvailable, what max_num_seqs sequences of max_model_len
+  // can use).
+  int64_t kv_blocks = 0;
+  int64_t kv_memory_bytes = 0;
+  double gpu_memory_utilization = 0.90;
   int block_tokens = 128;
-  int kv_slots = 0;                   // state slots; 0: max_num_seqs
+  int kv_slots = 0;                   // state slots; 0: max_num_seqs (automatic sizing: fewer if they do not fit)
   // Prefix cache (runtime/prefix_cache.h): reuse the blocks and a snapshot of the state of a
   // cached prefix. Snapshots live in idle state slots and in prefix_cache_slots more (part of
   // kv_memory_bytes); LRU eviction gives blocks and slots back on demand.

@@ -210,6 +210,17 @@ class Backend {
   // A weight in this backend's memory (CPU: the mapping itself; CUDA: a device copy).
   virtual Weight adopt_weight(const Weight& host) = 0;
   virtual Tensor adopt_tensor(const Tensor& host) = 0;
+  // The device's memory, for sizing the KV cache (--gpu-memory-utilization). total: the device's
+  // size; available: what this process could still allocate (free on the device plus what the
+  // backend's allocator caches unused). in_use / peak_in_use: bytes the backend's allocations
+  // hold now / at most since the last reset_memory_peak(); 0 where not tracked (the CPU, whose
+  // figures are the system's: MemTotal, MemAvailable). tracks_peak: in_use/peak are meaningful.
+  struct MemoryInfo {
+    size_t total = 0, available = 0, in_use = 0, peak_in_use = 0;
+    bool tracks_peak = false;
+  };
+  virtual MemoryInfo memory_info() { return {}; }
+  virtual void reset_memory_peak() {}
 
   // Elementwise / token-wise.
   virtual void embed(const Weight& table, const Tensor& ids, Tensor out) = 0;  // ids [T] i32 -> [T, D]

@@ -87,7 +87,8 @@ std::string kv_capacity(const EngineInfo& i) {
                        double(i.kv_slots + i.prefix_cache_slots) * double(i.kv_bytes_per_slot);
   return str_cat("KV cache ", i.kv_blocks * i.block_tokens, " tokens (", i.kv_blocks, " blocks of ", i.block_tokens,
                  "), ", seqs, " sequences of ", i.max_model_len, " tokens (", i.kv_slots, " state slots), ",
-                 fmt("%.1f MiB", bytes / double(1 << 20)), "; prefix cache: ",
+                 fmt("%.1f MiB", bytes / double(1 << 20)), i.kv_sizing.empty() ? "" : " [" + i.kv_sizing + "]",
+                 "; prefix cache: ",
                  i.prefix_cache ? str_cat(i.prefix_cache_slots, " more slots for snapshots") : std::string("off"));
 }
 

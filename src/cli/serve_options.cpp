@@ -42,8 +42,14 @@ CLI::App* declare_serve(CLI::App& top, ServeOptions& o, const std::string& descr
       ->check(CLI::PositiveNumber);
   c->add_option_function<int64_t>(
        "--kv-memory-mb", [&e](const int64_t& mb) { e.kv_memory_bytes = mb << 20; },
-       "KV cache memory in MiB: state slots (max-num-seqs) and paged blocks")
-      ->default_str(std::to_string(e.kv_memory_bytes >> 20))
+       "KV cache memory in MiB: state slots (max-num-seqs) and paged blocks; overrides --gpu-memory-utilization")
+      ->default_str("auto, from --gpu-memory-utilization")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--gpu-memory-utilization", e.gpu_memory_utilization,
+                "fraction of the device's memory this server may use; after the weights and a profiling step at "
+                "--max-num-batched-tokens the rest becomes KV blocks and state slots (cpu: of MemAvailable, at most "
+                "what --max-num-seqs sequences of --max-model-len use)")
+      ->check(CLI::Range(0.0, 1.0).description("(0, 1]"))
       ->check(CLI::PositiveNumber);
   c->add_option("--block-tokens", e.block_tokens, "tokens per paged KV block (a multiple of 128)")
       ->check(CLI::PositiveNumber);

@@ -9,14 +9,14 @@
 namespace dil::runtime {
 
 DpEngine::DpEngine(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend,
-                   Communicator& comm)
+                   Communicator& comm, Backend* memory)
     : comm_(comm), rank_(comm.rank()), size_(comm.size()) {
   outbox_.resize(size_t(size_));
   sent_.assign(size_t(size_), 0);
   seen_.assign(size_t(size_), 0);
   rank_stats_.resize(size_t(size_));
   // The engine thread starts inside and calls round() at once: every member above is ready.
-  local_ = make_engine_with_model(opts, std::move(model), std::move(backend), this);
+  local_ = make_engine_with_model(opts, std::move(model), std::move(backend), this, memory);
   info_ = local_->info();
   info_.dp_size = size_;
 }
@@ -314,7 +314,7 @@ std::unique_ptr<DpEngine> make_dp_engine(const EngineOptions& opts, Backend& be,
   mo.comm = &comm;
   mo.on_progress = opts.on_load_progress;
   auto model = load_model(opts.model_dir, be, mo);
-  return std::make_unique<DpEngine>(opts, std::move(model), nullptr, comm);
+  return std::make_unique<DpEngine>(opts, std::move(model), nullptr, comm, &be);
 }
 
 }  // namespace dil::runtime

@@ -51,8 +51,9 @@ class DpEngine final : public Engine, private StepHook {
 
   // Starts this rank's engine over `model` (built with ModelOptions::comm = &comm). `backend`
   // may be null when the caller keeps it (it then outlives the engine); `comm` outlives it.
+  // `memory`: the backend whose memory sizes an automatic pool (null: `backend`).
   DpEngine(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend,
-           Communicator& comm);
+           Communicator& comm, Backend* memory = nullptr);
   ~DpEngine() override;
 
   // Rank 0: the job's front end. Other ranks take no requests (submit answers an Error).

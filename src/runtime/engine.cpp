@@ -35,25 +35,6 @@
 
 namespace dil::runtime {
 
-PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec) {
-  PoolPlan p;
-  p.n_slots = opts.kv_slots > 0 ? opts.kv_slots : opts.max_num_seqs;
-  if (opts.prefix_cache_slots < 0) DIL_FAIL("prefix_cache_slots must be >= 0, got ", opts.prefix_cache_slots);
-  p.n_extra_slots = opts.enable_prefix_cache ? opts.prefix_cache_slots : 0;
-  if (opts.kv_blocks > 0) {
-    p.n_blocks = opts.kv_blocks;
-  } else {
-    DIL_CHECK(spec.bytes_per_block > 0, "cache spec without bytes_per_block");
-    const int64_t slot_bytes = int64_t(p.n_slots + p.n_extra_slots) * int64_t(spec.bytes_per_slot);
-    if (opts.kv_memory_bytes <= slot_bytes)
-      DIL_FAIL("kv_memory_bytes ", opts.kv_memory_bytes, " cannot even hold the ", p.n_slots, " state slots and ",
-               p.n_extra_slots, " prefix-cache slots (", slot_bytes,
-               " bytes); lower max_num_seqs/kv_slots/prefix_cache_slots or raise the KV memory");
-    p.n_blocks = (opts.kv_memory_bytes - slot_bytes) / int64_t(spec.bytes_per_block);
-  }
-  return p;
-}
-
 namespace {
 
 struct Command {
@@ -66,7 +47,7 @@ struct Command {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend,
-             StepHook* hook);
+             StepHook* hook, Backend* memory);
   ~EngineImpl() override { shutdown(); }
   std::shared_ptr<RequestStream> submit(GenRequest req) override;
   std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenRequest> reqs) override;
@@ -125,7 +106,7 @@ class EngineImpl final : public Engine {
 };
 
 EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend,
-                       StepHook* hook)
+                       StepHook* hook, Backend* memory)
     : backend_(std::move(backend)), model_(std::move(model)), opts_(opts), hook_(hook) {
   const ModelConfig& cfg = model_->config();
   if (opts.block_tokens <= 0 || opts.block_tokens % 128 != 0)
@@ -136,10 +117,20 @@ EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, 
   if (opts.max_num_seqs <= 0 || opts.max_num_batched_tokens <= 0 || opts.max_model_len <= 0)
     DIL_FAIL("max_num_seqs, max_num_batched_tokens and max_model_len must be positive");
   const CacheSpec spec = model_->cache_spec(opts.block_tokens);
-  const PoolPlan plan = plan_pool(opts, spec);
-  if (plan.n_blocks * opts.block_tokens < opts.max_model_len)
-    DIL_FAIL("KV pool of ", plan.n_blocks, " blocks x ", opts.block_tokens, " tokens is smaller than max_model_len ",
-             opts.max_model_len, "; raise kv_memory_bytes/kv_blocks or lower max_model_len");
+  const bool automatic = opts.kv_blocks <= 0 && opts.kv_memory_bytes <= 0;
+  const KvBudget budget =
+      automatic ? auto_kv_budget(opts, spec, *model_, memory ? memory : backend_.get()) : KvBudget{};
+  const PoolPlan plan = plan_pool(opts, spec, budget);
+  // vLLM's rule: a max_model_len the pool cannot hold once is a start-up error, so every
+  // request the server admits (prompt + max_tokens <= max_model_len) fits when the pool is free.
+  // Plus one block: a sequence whose partial last block is shared (with a prefix-cache entry or
+  // a fork) takes a fresh block for its copy-on-write before it gives the shared one back, and
+  // the cache cannot give up a block that a sequence still reads.
+  if (plan.n_blocks < pool_blocks_needed(opts))
+    DIL_FAIL("KV pool of ", plan.n_blocks, " blocks x ", opts.block_tokens, " tokens (", plan.sizing,
+             ") cannot hold one sequence of max_model_len ", opts.max_model_len, " (", pool_blocks_needed(opts),
+             " blocks with the copy-on-write block); raise --gpu-memory-utilization / --kv-memory-mb or lower "
+             "--max-model-len / --max-num-seqs");
   if (plan.n_blocks > INT32_MAX) DIL_FAIL("too many KV blocks: ", plan.n_blocks);
   model_->allocate_cache(int(plan.n_blocks), plan.n_slots + plan.n_extra_slots, opts.block_tokens);
   kv_ = std::make_unique<KvManager>(int32_t(plan.n_blocks), plan.n_slots, opts.block_tokens, spec.bytes_per_block,
@@ -169,6 +160,7 @@ EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, 
   info_.kv_slots = plan.n_slots;
   info_.kv_bytes_per_block = int64_t(spec.bytes_per_block);
   info_.kv_bytes_per_slot = int64_t(spec.bytes_per_slot);
+  info_.kv_sizing = plan.sizing;
   info_.prefix_cache = opts.enable_prefix_cache;
   info_.prefix_cache_slots = plan.n_extra_slots;
   seed_gen_.seed(opts.seed != 0 ? opts.seed : (uint64_t(std::random_device{}()) << 32 | std::random_device{}()));
@@ -630,9 +622,9 @@ void EngineImpl::loop() {
 }  // namespace
 
 std::unique_ptr<Engine> make_engine_with_model(const EngineOptions& opts, std::unique_ptr<Model> model,
-                                               std::unique_ptr<Backend> backend, StepHook* hook) {
+                                               std::unique_ptr<Backend> backend, StepHook* hook, Backend* memory) {
   DIL_CHECK(model != nullptr, "make_engine_with_model without a model");
-  return std::make_unique<EngineImpl>(opts, std::move(model), std::move(backend), hook);
+  return std::make_unique<EngineImpl>(opts, std::move(model), std::move(backend), hook, memory);
 }
 
 }  // namespace dil::runtime

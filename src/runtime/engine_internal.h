@@ -32,16 +32,37 @@ class StepHook {
 // backend outlives the model. Sizes and allocates the cache (model->allocate_cache) and starts
 // the engine thread. Throws dil::Error on options that cannot work (block size, pool smaller
 // than max_model_len).
+// `memory`: the backend whose memory sizes the pool when the options leave it automatic
+// (null: `backend`; both null: the host's memory).
 std::unique_ptr<Engine> make_engine_with_model(const EngineOptions& opts, std::unique_ptr<Model> model,
                                                std::unique_ptr<Backend> backend = nullptr,
-                                               StepHook* hook = nullptr);  // hook outlives the engine
+                                               StepHook* hook = nullptr,  // hook outlives the engine
+                                               Backend* memory = nullptr);
 
-// Pool geometry for `opts` and a model's cache spec (the engine's start-up arithmetic).
+// Pool geometry for `opts` and a model's cache spec (the engine's start-up arithmetic,
+// pool_sizing.cpp).
 struct PoolPlan {
   int64_t n_blocks = 0;
   int n_slots = 0;        // for sequences
   int n_extra_slots = 0;  // for prefix-cache snapshots only
+  int64_t budget_bytes = 0;  // the byte budget the pool was cut from (0: kv_blocks given)
+  std::string sizing;        // where the budget came from, for the start-up log
 };
-PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec);
+// The automatic budget (EngineOptions with neither kv_blocks nor kv_memory_bytes).
+struct KvBudget {
+  int64_t bytes = 0;
+  bool automatic = false;
+  std::string how;
+  int64_t scratch_bytes = 0;  // the profiled step's scratch high-water mark (0: not profiled)
+};
+// Measures the device (CUDA: a profiling forward of the largest step; see pool_sizing.cpp) or
+// the host memory (CPU, or no backend). Leaves the model's cache reallocated to a minimal one.
+KvBudget auto_kv_budget(const EngineOptions& opts, const CacheSpec& spec, Model& model, Backend* be);
+// Blocks the pool needs at least: one sequence of max_model_len plus the block a
+// copy-on-write of its shared partial last block takes (engine.cpp).
+int64_t pool_blocks_needed(const EngineOptions& opts);
+// Every slot plus max_num_seqs sequences of max_model_len: the most the limits can use.
+int64_t pool_bytes_at_limits(const EngineOptions& opts, const CacheSpec& spec);
+PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec, const KvBudget& budget = {});
 
 }  // namespace dil::runtime

@@ -102,13 +102,20 @@ void Server::Core::fit_context(GenParams* g, int prompt_tokens, const std::strin
     return;
   }
   const int64_t want = g->stop.max_tokens < 0 ? 0 : g->stop.max_tokens;
+  // vLLM's message (clients parse its first sentence), plus the KV capacity: the engine starts
+  // only with a pool that holds max_model_len, so this is exactly the request that can never fit.
+  const EngineInfo& info = engine.info();
+  const std::string capacity =
+      info.kv_blocks > 0 ? str_cat(" The KV cache holds ", info.kv_blocks * info.block_tokens, " tokens (",
+                                   info.kv_slots, " state slots).")
+                         : std::string();
   if (prompt_tokens >= max_len || prompt_tokens + want > max_len)
     throw ApiError(400,
                    str_cat("This model's maximum context length is ", max_len,
                            " tokens. However, you requested ", prompt_tokens + want, " tokens (",
                            prompt_tokens, " in the ", param, ", ", want,
                            " in the completion). Please reduce the length of the ", param,
-                           " or completion."),
+                           " or completion.", capacity),
                    param, "context_length_exceeded");
   if (g->stop.max_tokens < 0) g->stop.max_tokens = max_len - prompt_tokens;
 }

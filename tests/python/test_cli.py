@@ -143,10 +143,13 @@ def test_serve_lists_the_engine_options():
         assert name in opts, name
     assert "--nproc" not in opts  # serve's ranks come from --dp
     assert opts["--max-num-seqs"]["default"] == "256"
-    assert opts["--kv-memory-mb"]["default"] == "256"
-    r = run("serve", "--gpu-memory-utilization", "0.9", "--enable-prefix-caching=true")
+    assert opts["--kv-memory-mb"]["default"] == "auto, from --gpu-memory-utilization"
+    assert opts["--gpu-memory-utilization"]["default"] == "0.9"
+    r = run("serve", "--gpu-memory-utilization", "1.5")
+    assert r.returncode == 2 and "--gpu-memory-utilization" in r.stderr, r.stderr
+    r = run("serve", "--gpu-memory-utilization", "0.9", "--enable-prefix-caching=true", "--kv-cache-dtype", "fp8")
     assert r.returncode == 2
-    assert "unknown option --gpu-memory-utilization --enable-prefix-caching=true" in r.stderr, r.stderr
+    assert "unknown option --enable-prefix-caching=true --kv-cache-dtype (and arguments: fp8)" in r.stderr, r.stderr
 
 
 def test_launch_options_parse_on_every_multi_rank_command():
@@ -270,9 +273,13 @@ def test_serve_final_load_line_has_the_kv_capacity():
     finally:
         s.stop()
     m = re.search(r"^loaded: weights [\d.]+ MB \(\d+ tensors\) .*; KV cache (\d+) tokens \((\d+) blocks of 128\), "
-                  r"(\d+) sequences of 1024 tokens \(8 state slots\), [\d.]+ MiB; prefix cache: 16 more slots for snapshots; plan: cpu backend, official numerics; kernels: the reference of every op$",
+                  r"(\d+) sequences of 1024 tokens \(8 state slots\), [\d.]+ MiB \[min\(0.9 x [\d.]+ [GM]iB available, "
+                  r"[\d.]+ MiB for max_num_seqs sequences of max_model_len\)\]; prefix cache: 16 more slots for snapshots; "
+                  r"plan: cpu backend, official numerics; kernels: the reference of every op$",
                   log, re.M)
     assert m, log
     tokens, blocks, seqs = map(int, m.groups())
-    assert tokens == blocks * 128
-    assert seqs == min(8, blocks // 8)
+    # The CPU's automatic pool: what the limits can use (8 sequences of 8 blocks and the
+    # copy-on-write block), far below 0.9 of any machine's available memory.
+    assert tokens == blocks * 128 and blocks == 8 * 8 + 1
+    assert seqs == 8

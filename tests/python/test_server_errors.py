@@ -1,6 +1,8 @@
 """Every bad input gets an OpenAI error body with the right status; the `openai` client maps
 them to its typed exceptions."""
 
+import re
+
 import httpx
 import openai
 import pytest
@@ -74,6 +76,10 @@ def test_prompt_longer_than_context(server, client):
     assert e.value.body["code"] == "context_length_exceeded"
     n_prompt = httpx.post(server.base + "/tokenize", json={"messages": [{"role": "user", "content": long}]}).json()["count"]
     assert f"maximum context length is {MAX_LEN}" in msg and f"{n_prompt} in the messages" in msg
+    # ... and the capacity it could never fit into (the log's figure; the pool holds max_model_len).
+    kv_tokens = int(re.search(r"KV cache (\d+) tokens", server.read_log()).group(1))
+    assert kv_tokens >= MAX_LEN
+    assert f"The KV cache holds {kv_tokens} tokens" in msg, msg
     # prompt fits but prompt + max_tokens does not
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model=MODEL, prompt="hello", max_tokens=MAX_LEN)

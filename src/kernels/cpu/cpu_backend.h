@@ -31,6 +31,7 @@ class CpuBackend : public Backend {
   void synchronize() override {}
   Weight adopt_weight(const Weight& host) override { return host; }
   Tensor adopt_tensor(const Tensor& host) override { return host; }
+  MemoryInfo memory_info() override;  // the system's MemTotal / MemAvailable; no peak tracking
   void embed(const Weight& table, const Tensor& ids, Tensor out) override;
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
 

@@ -1,6 +1,10 @@
 // Memory ops, embedding lookup and elementwise add of the CPU backend, plus the shared
 // tensor checks.
+#include <sys/mman.h>
+
 #include <cstring>
+
+#include "core/host_memory.h"
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/registry.h"
@@ -64,7 +68,24 @@ const std::vector<KernelImpl>& CpuBackend::kernels() const { return cpu_kernel_r
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o) { return std::make_unique<CpuBackend>(o); }
 
-Buffer CpuBackend::alloc(size_t bytes) { return host_alloc(bytes); }
+// Large buffers (KV pools, weights of dummy models) are anonymous mappings: the kernel hands
+// out zero pages on first touch, so a pool sized for the limits costs only what sequences write
+// (a memset would make every pool, and every engine a test starts, resident at once).
+Buffer CpuBackend::alloc(size_t bytes) {
+  constexpr size_t kMapFrom = size_t(1) << 20;
+  if (bytes < kMapFrom) return host_alloc(bytes);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  DIL_CHECK(p != MAP_FAILED, "host allocation of ", bytes, " bytes failed (mmap)");
+  return Buffer(p, bytes, Device::CPU, [bytes](void* q) { ::munmap(q, bytes); });
+}
+
+Backend::MemoryInfo CpuBackend::memory_info() {
+  const HostMemory h = host_memory();
+  MemoryInfo m;
+  m.total = h.total;
+  m.available = h.available;
+  return m;
+}
 
 void CpuBackend::upload(Tensor dst, const void* host_src) {
   if (dst.nbytes()) std::memcpy(dst.data, host_src, dst.nbytes());

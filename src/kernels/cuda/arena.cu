@@ -1,5 +1,7 @@
 #include "kernels/cuda/arena.h"
 
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 
 namespace dil::cuda {
@@ -24,6 +26,7 @@ void Arena::release_cached() {
     reserved_ -= sz;
   }
   free_.clear();
+  cached_ = 0;
 }
 
 Buffer Arena::get(size_t bytes) {
@@ -36,6 +39,7 @@ Buffer Arena::get(size_t bytes) {
     if (it != free_.end() && it->first <= rounded + rounded / 8) {
       p = it->second;
       rounded = it->first;
+      cached_ -= rounded;
       free_.erase(it);
     }
     if (!p) {
@@ -49,6 +53,8 @@ Buffer Arena::get(size_t bytes) {
       }
       reserved_ += rounded;
     }
+    in_use_ += rounded;
+    peak_ = std::max(peak_, in_use_);
   }
   std::weak_ptr<Arena> self = weak_from_this();
   return Buffer(p, bytes, Device::CUDA, [self, rounded](void* q) {
@@ -60,6 +66,28 @@ Buffer Arena::get(size_t bytes) {
 void Arena::put(void* p, size_t rounded) {
   std::lock_guard<std::mutex> lk(mu_);
   free_.emplace(rounded, p);
+  cached_ += rounded;
+  in_use_ -= rounded;
+}
+
+size_t Arena::bytes_in_use() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return in_use_;
+}
+
+size_t Arena::bytes_cached() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return cached_;
+}
+
+size_t Arena::peak_in_use() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return peak_;
+}
+
+void Arena::reset_peak() {
+  std::lock_guard<std::mutex> lk(mu_);
+  peak_ = in_use_;
 }
 
 }  // namespace dil::cuda

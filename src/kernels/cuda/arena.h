@@ -24,6 +24,13 @@ class Arena : public std::enable_shared_from_this<Arena> {
   // Uninitialised device memory of at least `bytes`, 256-byte aligned; owned by the Buffer.
   Buffer get(size_t bytes);
   size_t bytes_reserved() const { return reserved_; }
+  // Bytes handed out and not yet given back (rounded sizes), now and at most since
+  // reset_peak(); bytes cached in the free lists (reserved, unused). For KV cache sizing: the
+  // peak over a profiling step is the scratch a step needs.
+  size_t bytes_in_use() const;
+  size_t bytes_cached() const;
+  size_t peak_in_use() const;
+  void reset_peak();
 
  private:
   static size_t round_size(size_t bytes);
@@ -31,9 +38,11 @@ class Arena : public std::enable_shared_from_this<Arena> {
   void release_cached();
 
   int device_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;  // rounded size -> block
   size_t reserved_ = 0;
+  size_t cached_ = 0;  // sum of free_'s sizes
+  size_t in_use_ = 0, peak_ = 0;
 };
 
 }  // namespace dil::cuda

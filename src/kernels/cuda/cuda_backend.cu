@@ -98,6 +98,19 @@ class CudaBackend final : public Backend {
     DIL_CUDA(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, c_.stream));
   }
   void synchronize() override { DIL_CUDA(cudaStreamSynchronize(c_.stream)); }
+  MemoryInfo memory_info() override {
+    DIL_CUDA(cudaSetDevice(c_.device));
+    size_t free = 0, total = 0;
+    DIL_CUDA(cudaMemGetInfo(&free, &total));
+    MemoryInfo m;
+    m.total = total;
+    m.available = free + c_.arena->bytes_cached();
+    m.in_use = c_.arena->bytes_in_use();
+    m.peak_in_use = c_.arena->peak_in_use();
+    m.tracks_peak = true;
+    return m;
+  }
+  void reset_memory_peak() override { c_.arena->reset_peak(); }
 
   Weight adopt_weight(const Weight& host) override {
     Weight w = host;

@@ -1,0 +1,135 @@
+// Device twins of core/kv_packed.h: the official packed KV row formats, byte for byte (the
+// layouts, the quantization formulas and why unpack(pack(x)) equals the QDQ'd row are in that
+// header; tests/cuda/test_kv_packed.cpp checks these against it bit for bit).
+//
+// Byte layouts (d = row width):
+//   V4Row      [nope e4m3][rope bf16][nope/64 ue8m0][pad to 8]   (512 = 448 + 64: 584 B)
+//   Fp8B32     [d e4m3][d/32 ue8m0]                              (V4.1 SWA, 528 B)
+//   Fp4E4m3B16 [d/2 e2m1, dim 2k low nibble][d/16 e4m3]          (V4.1 main KV, 288 B)
+//   Fp4B32     [d/2 e2m1][d/32 ue8m0]                            (indexer keys, 68 B at d = 128)
+//
+// Readers: kv_unpack<N>(shape, row, c0, out) dequantizes dims [c0, c0 + N) of one row (the
+// interface a kernel's row loader calls; kv_unpack_one for a single dim). Writers: one thread
+// per scale block, kv_pack_block(shape, x, b, row) for b < kv_scale_blocks(shape), x the row's
+// f32 values; a V4Row has one more "block", b = nope/64: its bf16 rope dims and the pad.
+#pragma once
+#include <cstdint>
+
+#include "core/kv_packed.h"
+#include "kernels/cuda/common.cuh"
+
+namespace dil::cuda {
+
+struct KvRow {
+  kvpack::Format format = kvpack::Format::V4Row;
+  int d = 0, rope = 0;
+};
+
+__host__ __device__ inline int kv_row_bytes(const KvRow& s) {
+  switch (s.format) {
+    case kvpack::Format::V4Row: {
+      const int nope = s.d - s.rope;
+      return (nope + 2 * s.rope + nope / 64 + 7) / 8 * 8;
+    }
+    case kvpack::Format::Fp8B32: return s.d + s.d / 32;
+    case kvpack::Format::Fp4E4m3B16: return s.d / 2 + s.d / 16;
+    case kvpack::Format::Fp4B32: return s.d / 2 + s.d / 32;
+  }
+  return 0;
+}
+
+// Values per scale block, and the number of blocks kv_pack_block covers (V4Row: the nope
+// blocks, then one "block" of the rope dims and the pad).
+__host__ __device__ inline int kv_block_len(const KvRow& s) {
+  return s.format == kvpack::Format::V4Row ? 64 : s.format == kvpack::Format::Fp4E4m3B16 ? 16 : 32;
+}
+__host__ __device__ inline int kv_scale_blocks(const KvRow& s) {
+  return s.format == kvpack::Format::V4Row ? (s.d - s.rope) / 64 + 1 : s.d / kv_block_len(s);
+}
+
+__device__ __forceinline__ uint8_t kv_ue8m0_of(float s) { return uint8_t((__float_as_uint(s) >> 23) & 0xff); }
+__device__ __forceinline__ uint8_t kv_e2m1_code(float v) {
+  const float r = d_round_e2m1(v);
+  const float a = fabsf(r);
+  const uint8_t code = a < 2.0f ? uint8_t(a * 2.0f) : a == 2.0f ? 4 : a == 3.0f ? 5 : a == 4.0f ? 6 : 7;
+  return uint8_t((signbit(r) ? 8 : 0) | code);
+}
+
+// Writes scale block b of a row (its codes and its scale byte) from x [d] (f32, the row).
+// V4Row: b < nope/64 are the e4m3 blocks; b == nope/64 writes the bf16 rope dims and the pad.
+__device__ inline void kv_pack_block(const KvRow& s, const float* x, int b, uint8_t* row) {
+  const int d = s.d;
+  if (s.format == kvpack::Format::V4Row || s.format == kvpack::Format::Fp8B32) {
+    const int B = s.format == kvpack::Format::V4Row ? 64 : 32;
+    const int nq = s.format == kvpack::Format::V4Row ? d - s.rope : d;  // e4m3 dims
+    uint8_t* scales = row + (s.format == kvpack::Format::V4Row ? nq + 2 * s.rope : d);
+    if (s.format == kvpack::Format::V4Row && b == nq / 64) {
+      for (int i = 0; i < s.rope; ++i) {
+        const uint32_t bits = __float_as_uint(d_round_bf16(x[nq + i]));
+        row[nq + 2 * i] = uint8_t(bits >> 16);
+        row[nq + 2 * i + 1] = uint8_t(bits >> 24);
+      }
+      for (int i = nq + 2 * s.rope + nq / 64; i < kv_row_bytes(s); ++i) row[i] = 0;
+      return;
+    }
+    const int b0 = b * B;
+    float amax = 0.0f;
+    for (int i = b0; i < b0 + B; ++i) amax = fmaxf(amax, fabsf(x[i]));
+    amax = fmaxf(amax, 1e-4f);
+    const float sc = d_pow2_ceil(amax * (1.0f / 448.0f));
+    scales[b] = kv_ue8m0_of(sc);
+    for (int i = b0; i < b0 + B; ++i) row[i] = d_f32_to_e4m3(d_round_e4m3(fminf(fmaxf(x[i] / sc, -448.0f), 448.0f)));
+    return;
+  }
+  const bool e4m3 = s.format == kvpack::Format::Fp4E4m3B16;
+  const int B = e4m3 ? 16 : 32, b0 = b * B;
+  float amax = 0.0f;
+  for (int i = b0; i < b0 + B; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  float sc;
+  if (e4m3) {
+    sc = d_round_e4m3(fminf(fmaxf(amax, 6.0f * 0x1p-9f) / 6.0f, 448.0f));
+    row[d / 2 + b] = d_f32_to_e4m3(sc);
+  } else {
+    sc = d_pow2_ceil(fmaxf(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f));
+    row[d / 2 + b] = kv_ue8m0_of(sc);
+  }
+  for (int i = b0; i < b0 + B; i += 2) {
+    const uint8_t lo = kv_e2m1_code(fminf(fmaxf(x[i] / sc, -6.0f), 6.0f));
+    const uint8_t hi = kv_e2m1_code(fminf(fmaxf(x[i + 1] / sc, -6.0f), 6.0f));
+    row[i / 2] = uint8_t(lo | (hi << 4));
+  }
+}
+
+// Dequantized dim c of a packed row.
+__device__ __forceinline__ float kv_unpack_one(const KvRow& s, const uint8_t* row, int c) {
+  const int d = s.d;
+  switch (s.format) {
+    case kvpack::Format::V4Row: {
+      const int nope = d - s.rope;
+      if (c >= nope) {
+        const uint32_t lo = row[nope + 2 * (c - nope)], hi = row[nope + 2 * (c - nope) + 1];
+        return __uint_as_float((hi << 24) | (lo << 16));
+      }
+      return d_e4m3_to_f32(row[c]) * d_e8m0_to_f32(row[nope + 2 * s.rope + c / 64]);
+    }
+    case kvpack::Format::Fp8B32: return d_e4m3_to_f32(row[c]) * d_e8m0_to_f32(row[d + c / 32]);
+    case kvpack::Format::Fp4E4m3B16:
+    case kvpack::Format::Fp4B32: {
+      const uint8_t byte = row[c / 2];
+      const uint8_t nib = uint8_t(c & 1 ? byte >> 4 : byte & 0xf);
+      const bool e4m3 = s.format == kvpack::Format::Fp4E4m3B16;
+      const uint8_t sb = row[d / 2 + c / (e4m3 ? 16 : 32)];
+      return d_e2m1_to_f32(nib) * (e4m3 ? d_e4m3_to_f32(sb) : d_e8m0_to_f32(sb));
+    }
+  }
+  return 0.0f;
+}
+
+// Dims [c0, c0 + N) of a packed row -> out[0, N) f32 (exact: the stored values).
+template <int N>
+__device__ __forceinline__ void kv_unpack(const KvRow& s, const uint8_t* row, int c0, float (&out)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = kv_unpack_one(s, row, c0 + i);
+}
+
+}  // namespace dil::cuda
