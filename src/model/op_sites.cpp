@@ -116,6 +116,7 @@ std::vector<OpSite> v4_sites(const ModelConfig& cfg, Numerics n, const std::vect
     s.attention(kind + " attention", ratio, ratio == 4 ? cfg.index_topk : 0);
     s.block_common(kind, p, 0);
   }
+  s.simple("head", "hc_pre");  // the hc head's mix, collapse and final norm
   s.linear("head", "head", 0, act, DType::F32);
   return s.take();
 }
