@@ -239,6 +239,15 @@ class Backend {
   virtual void hc_collapse(const Tensor& X, const Tensor& pre, Tensor out) = 0;  // [T,n,D] -> [T,D]
   virtual void hc_post(const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out) = 0;
   virtual void hc_expand(const Tensor& e, int n, Tensor X) = 0;  // [T,D] -> [T,n,D]
+  // The fused mHC pre of a sublayer (or of the head) with the norm after it, one op so that a
+  // backend reads the streams X [T,n,D] twice at most (the mixes, then the collapse):
+  //   hc_mix(X, a, pre, post, comb);
+  //   u = hc_collapse(X, cpre) rounded to xn's dtype, cpre = collapse_pre [T,n] f32 when given
+  //       (V4.1's single-pass mHC collapses with the previous sublayer's pre), else pre;
+  //   xn = rms_norm(u, norm_w, a.norm_eps)   (xn [T,D] f32|bf16; norm_w [D] f32|bf16).
+  // The same function as the three ops in sequence (the CPU backend composes them).
+  virtual void hc_pre(const Tensor& X, const HcArgs& a, const Tensor& collapse_pre, const Tensor& norm_w, Tensor pre,
+                      Tensor post, Tensor comb, Tensor xn) = 0;
 
   // Attention and its state.
   virtual void sparse_attention(const AttnArgs& a, const StepMeta& m) = 0;

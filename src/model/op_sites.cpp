@@ -46,10 +46,10 @@ class SiteList {
   void simple(const std::string& where, const std::string& op) { add(where, simple_site(op, act_, n_)); }
 
   // What every block of both models calls besides its attention inputs: the attention output
-  // path (model/block.cpp), the MoE (gate, routed experts, shared expert), the mHC and norms.
+  // path (model/block.cpp), the MoE (gate, routed experts, shared expert), the mHC and norms
+  // (V4: the fused hc_pre of both sublayers and of the head; V4.1 adds its own below).
   void block_common(const std::string& kind, const std::string& p, int first_expert) {
-    for (const char* op : {"hc_mix", "hc_collapse", "hc_post", "rms_norm", "rope", "ring_write", "add", "moe_route",
-                           "swiglu"})
+    for (const char* op : {"hc_pre", "hc_post", "rms_norm", "rope", "ring_write", "add", "moe_route", "swiglu"})
       simple(kind, op);
     if (quantizes(n_)) simple(kind, "fp8_qdq");
     grouped(kind + " attn.wo_a", p + "attn.wo_a", cfg_.o_groups);
@@ -116,6 +116,7 @@ std::vector<OpSite> v4_sites(const ModelConfig& cfg, Numerics n, const std::vect
     s.attention(kind + " attention", ratio, ratio == 4 ? cfg.index_topk : 0);
     s.block_common(kind, p, 0);
   }
+  s.simple("head", "hc_pre");  // the hc head's mix, collapse and final norm
   s.linear("head", "head", 0, act, DType::F32);
   return s.take();
 }
@@ -163,6 +164,11 @@ std::vector<OpSite> v41_sites(const ModelConfig& cfg, Numerics n, const std::vec
       s.indexer(kind + " indexer", cand_source ? 1 : uses_cand ? 2 : 0);
     }
     s.attention(kind + " attention", ratio, ratio > 0 ? std::max(cfg.index_topk, 1) : 0);
+    // Single-pass mHC: the attention's collapse (previous pre) and mix are one hc_pre, or, in a
+    // layer whose rows replay trims in between, hc_collapse + rms_norm and hc_mix; the ffn's is
+    // one hc_pre; the head collapses with the last pre.
+    s.simple(kind, "hc_mix");
+    s.simple(kind, "hc_collapse");
     s.block_common(kind, p, 0);
   }
   s.linear("head", "head", 0, act, DType::F32);

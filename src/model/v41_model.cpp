@@ -427,9 +427,19 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
       std::swap(X, X2);
     }
     auto mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
-    Tensor u = act(s, {R, D}), xn = act(s, {R, D});
-    be_.hc_collapse(X.rows(0, R), pre_mix.rows(0, R), u);
-    be_.rms_norm(u, l.attn_norm, cfg_.norm_eps, xn);
+    Tensor xn = act(s, {R, D}), post, comb;  // post [R, n], comb [R, n, n] f32 once R is final
+    HcArgs ha{l.hc_attn.fn, l.hc_attn.base, l.hc_attn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
+    if (!ls.trims()) {
+      // The attention's collapse (with the previous sublayer's pre) and its own mix run on the
+      // same rows: one fused op.
+      post = s.f32({R, n});
+      comb = s.f32({R, n, n});
+      be_.hc_pre(X.rows(0, R), ha, pre_mix.rows(0, R), l.attn_norm, a_pre.rows(0, R), post, comb, xn);
+    } else {
+      Tensor u = act(s, {R, D});
+      be_.hc_collapse(X.rows(0, R), pre_mix.rows(0, R), u);
+      be_.rms_norm(u, l.attn_norm, cfg_.norm_eps, xn);
+    }
     mhc.reset();
     if (l.kv_source) {  // compressed rows and indexer keys of every token, before any layer reads them
       DIL_CHECK(cur == whole, "layer ", l.index, " is a kv source but replay narrowed its rows");
@@ -455,11 +465,14 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
       R = cm.n_tokens;
     }
     layer_rows_[size_t(l.index)] = R;
-    Tensor Xr = X.rows(0, R), X2r = X2.rows(0, R), post = s.f32({R, n}), comb = s.f32({R, n, n});
-    mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
-    HcArgs ha{l.hc_attn.fn, l.hc_attn.base, l.hc_attn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
-    be_.hc_mix(Xr, ha, a_pre.rows(0, R), post, comb);
-    mhc.reset();
+    Tensor Xr = X.rows(0, R), X2r = X2.rows(0, R);
+    if (ls.trims()) {  // the mix of the rows replay kept
+      post = s.f32({R, n});
+      comb = s.f32({R, n, n});
+      mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
+      be_.hc_mix(Xr, ha, a_pre.rows(0, R), post, comb);
+      mhc.reset();
+    }
     Shared shr{sh.sel.rows(0, R), sh.cand.rows(0, R)};
     Tensor f = attention(l, xn, cm, shr, s);
     sel_set |= l.index_source;
@@ -469,10 +482,9 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
     std::swap(X, X2);
     std::swap(Xr, X2r);
     HcArgs hf{l.hc_ffn.fn, l.hc_ffn.base, l.hc_ffn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
-    be_.hc_mix(Xr, hf, f_pre.rows(0, R), post, comb);
-    be_.hc_collapse(Xr, a_pre.rows(0, R), u.rows(0, R));
+    // Single pass: the ffn collapses with the attention's pre while it mixes its own.
     Tensor xf = act(s, {R, D});
-    be_.rms_norm(u.rows(0, R), l.ffn_norm, cfg_.norm_eps, xf);
+    be_.hc_pre(Xr, hf, a_pre.rows(0, R), l.ffn_norm, f_pre.rows(0, R), post, comb, xf);
     mhc.reset();
     f = moe(l, xf, ep, s);
     mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");

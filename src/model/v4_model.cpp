@@ -100,12 +100,12 @@ void V4Model::allocate_cache(int n_blocks, int n_slots, int block_tokens) {
   }
 }
 
-void V4Model::hc_pre(const Tensor& X, const Hc& hc, Tensor u, Tensor post, Tensor comb, Scratch& s) {
+void V4Model::hc_pre(const Tensor& X, const Hc& hc, const Tensor& norm_w, Tensor xn, Tensor post, Tensor comb,
+                     Scratch& s) {
   const int64_t T = X.size(0), n = cfg_.hc_mult;
   Tensor pre = s.f32({T, n});
   HcArgs a{hc.fn, hc.base, hc.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
-  be_.hc_mix(X, a, pre, post, comb);
-  be_.hc_collapse(X, pre, u);
+  be_.hc_pre(X, a, Tensor(), norm_w, pre, post, comb, xn);
 }
 
 void V4Model::compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Buffer& sscore, Buffer& rows_cache,
@@ -258,17 +258,15 @@ void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   for (Layer& l : layers_) {
     ProfileScope layer_scope(prof_, l.ratio == 0 ? "layer:SWA" : l.ratio == 4 ? "layer:CSA" : "layer:HCA");
     Scratch s(be_);  // this layer's temporaries
-    Tensor u = act(s, {T, D}), xn = act(s, {T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
+    Tensor xn = act(s, {T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
     auto mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
-    hc_pre(X, l.hc_attn, u, post, comb, s);
-    be_.rms_norm(u, l.attn_norm, cfg_.norm_eps, xn);
+    hc_pre(X, l.hc_attn, l.attn_norm, xn, post, comb, s);
     mhc.reset();
     Tensor f = attention(l, xn, m, s);
     mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     be_.hc_post(f, X, post, comb, X2);
     std::swap(X, X2);
-    hc_pre(X, l.hc_ffn, u, post, comb, s);
-    be_.rms_norm(u, l.ffn_norm, cfg_.norm_eps, xn);
+    hc_pre(X, l.hc_ffn, l.ffn_norm, xn, post, comb, s);
     mhc.reset();
     f = moe(l, xn, p.ids, ep, s);
     mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
@@ -286,10 +284,8 @@ void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   for (int64_t i = 0; i < R; ++i) be_.copy(Xh.rows(i, i + 1), X.rows(rows[size_t(i)], rows[size_t(i)] + 1));
   Tensor pre = step.f32({R, n}), post = step.f32({R, n}), comb = step.f32({R, n, n});
   HcArgs ha{hc_head_.fn, hc_head_.base, hc_head_.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
-  be_.hc_mix(Xh, ha, pre, post, comb);
-  Tensor h = act(step, {R, D}), hn = act(step, {R, D}), lg = step.f32({R, cfg_.vocab_size});
-  be_.hc_collapse(Xh, pre, h);
-  be_.rms_norm(h, norm_, cfg_.norm_eps, hn);
+  Tensor hn = act(step, {R, D}), lg = step.f32({R, cfg_.vocab_size});
+  be_.hc_pre(Xh, ha, Tensor(), norm_, pre, post, comb, hn);
   be_.linear(hn, head_, 0, lg);
   be_.download(logits->data(), lg);
 }

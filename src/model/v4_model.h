@@ -50,7 +50,8 @@ class V4Model : public Model {
   Tensor moe(Layer& l, const Tensor& x, const Tensor& ids, const ExpertParallel::Step& ep, Scratch& s);
   MoeExpertsArgs experts_args(Layer& l) const;  // this rank's expert lists and MoE numerics
   void forward_idle(const ExpertParallel::Step& ep);  // a rank with no tokens joins every MoE collective
-  void hc_pre(const Tensor& X, const Hc& hc, Tensor u, Tensor post, Tensor comb, Scratch& s);
+  // mHC pre of a sublayer and the norm after it (one fused op): xn = norm(collapse(X)).
+  void hc_pre(const Tensor& X, const Hc& hc, const Tensor& norm_w, Tensor xn, Tensor post, Tensor comb, Scratch& s);
 
   int act_block() const { return quantizes(numerics_) ? cfg_.act_block : 0; }
   Tensor act(Scratch& s, std::initializer_list<int64_t> dims) const { return s.make(act_, dims); }

@@ -147,7 +147,8 @@ void ReplayHook::around(Backend& inner, Call& c, const std::function<void()>& op
   const bool mode_pair = na_ != nb_;
   // In a mode pair the CPU's two modes compute the same function of the same inputs, each
   // output rounded once to its mode's dtype (fast = official rounded to bf16), except where
-  // the arithmetic itself differs (the MoE's internal BF16 roundings). So a call whose inputs
+  // the arithmetic itself differs (the internal BF16 roundings of the MoE and of the fused mHC
+  // pre). So a call whose inputs
   // converted exactly and whose arithmetic agrees is held to the implementations' tolerances;
   // the others show the mode difference.
   const bool mode = mode_pair && (!inputs_exact || r.round_bf16 != c.round_bf16);

@@ -134,6 +134,23 @@ void InterposingBackend::hc_expand(const Tensor& e0, int n, Tensor X) {
   run(c, [&] { in_.hc_expand(e, n, X); });
 }
 
+void InterposingBackend::hc_pre(const Tensor& X0, const HcArgs& a, const Tensor& cpre0, const Tensor& norm_w,
+                                Tensor pre, Tensor post, Tensor comb, Tensor xn) {
+  Tensor X = X0, cpre = cpre0;
+  Call c = simple("hc_pre", X.size(0));
+  const bool sublayer = a.fn.ndim && a.fn.size(0) != a.n;  // the head's mix writes pre only
+  c.args = {{"X", &X, Role::In},
+            {"xn", &xn, Role::Out},
+            {"pre", &pre, Role::Out},
+            {"post", &post, Role::Out, false, false, sublayer},
+            {"comb", &comb, Role::Out, false, false, sublayer}};
+  if (!cpre.empty()) c.args.push_back({"collapse_pre", &cpre, Role::In});
+  // The collapsed row is rounded to xn's dtype inside the op (bf16 in fast numerics): a mode
+  // pair's hc_pre is the mode difference even where its inputs agree.
+  c.round_bf16 = xn.dtype == DType::BF16;
+  run(c, [&] { in_.hc_pre(X, a, cpre, norm_w, pre, post, comb, xn); });
+}
+
 void InterposingBackend::sparse_attention(const AttnArgs& a0, const StepMeta& m) {
   AttnArgs a = a0;
   Call c;

@@ -34,7 +34,7 @@ struct Call {
   OpSite site;
   bool planned = true;  // false: no registry family (reset_state: exact by construction)
   int64_t rows = 0;     // the row count impl_for dispatches on
-  bool round_bf16 = false;  // moe_experts: the fast numerics' internal BF16 roundings
+  bool round_bf16 = false;  // moe_experts, hc_pre: the fast numerics' internal BF16 roundings
 };
 
 // The implementation `be` runs for a call, and its tolerance against the CPU reference.
@@ -95,6 +95,8 @@ class InterposingBackend : public Backend {
   void hc_collapse(const Tensor& X, const Tensor& pre, Tensor out) override;
   void hc_post(const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out) override;
   void hc_expand(const Tensor& e, int n, Tensor X) override;
+  void hc_pre(const Tensor& X, const HcArgs& a, const Tensor& collapse_pre, const Tensor& norm_w, Tensor pre,
+              Tensor post, Tensor comb, Tensor xn) override;
   void sparse_attention(const AttnArgs& a, const StepMeta& m) override;
   void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) override;
   void compressor(const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m) override;

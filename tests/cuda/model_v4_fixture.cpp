@@ -9,9 +9,11 @@
 //   comparison with DeepSeek's code over decode: total rel L2 <= 0.2 against
 //   reference-official.safetensors, argmax agreement >= 75%;
 // - fast mode (bf16 activations, the CPU's fast numerics as the specification): with
-//   DIL_TEST_KERNELS=linear=simt,... the GEMMs are the SIMT kernels (bit-identical f32 results,
-//   hence identical bf16 roundings), the attention (head dim 128: the FP64 kernel), compressor
-//   and mHC sums are double like the CPU's and the indexer's tensor cores exact: the official
+//   DIL_TEST_KERNELS=linear=simt,...,hc_pre=composed,hc_mix=default,hc_post=default (gpu-check)
+//   the GEMMs are the SIMT kernels (bit-identical f32 results, hence identical bf16 roundings),
+//   the attention (head dim 128: the FP64 kernel), compressor and mHC sums are double like the
+//   CPU's (the fast mHC kernels' f32 sums are bounded in test_mhc_fast.cpp) and the indexer's
+//   tensor cores exact: the official
 //   simt bound again (1e-5 per position, identical greedy tokens). With the default plan the
 //   cuBLASLt FP8 error flips activation roundings from the first position on, so the logits sit
 //   at the chaos level of these random weights; its size is measured in the same run as the

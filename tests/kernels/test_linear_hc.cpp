@@ -265,6 +265,42 @@ TEST(Hc, MixSinkhornCollapsePost) {
       for (int64_t c = 0; c < D; ++c) EXPECT_EQ(Xe[(t * n + j) * D + c], F[t * D + c]);
 }
 
+// The fused pre (Backend::hc_pre) is the three ops in sequence, bit for bit, with the collapse
+// rounded to xn's dtype in between (bf16: fast numerics), with its own pre or a given one (V4.1).
+TEST(Hc, FusedPreIsMixCollapseNorm) {
+  CpuBackend be;
+  const int n = 4, T = 3;
+  const int64_t D = 8, nD = n * D, M = n * (2 + n);
+  std::vector<float> X = test::random_vec(T * nD, 31, 2.0f), fn = test::random_vec(M * nD, 32, 0.5f),
+                     base = test::random_vec(M, 33), scale = {1.3f, 0.7f, 2.1f}, w = test::random_vec(D, 34),
+                     cpre = test::random_vec(T * n, 35);
+  HcArgs a;
+  a.fn = view(fn, {M, nD});
+  a.base = view(base, {M});
+  a.scale = view(scale, {3});
+  for (DType dt : {DType::F32, DType::BF16})
+    for (bool given : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (given ? " collapse_pre" : ""));
+      std::vector<float> pre(T * n), post(T * n), comb(T * n * n), pre2(T * n), post2(T * n), comb2(T * n * n);
+      std::vector<float> xn(T * D), u2(T * D), xn2(T * D);  // bf16 results stored widened (round-tripped)
+      std::vector<uint16_t> xnb(T * D), ub(T * D), xnb2(T * D);
+      auto row = [&](std::vector<float>& f, std::vector<uint16_t>& b) {
+        return dt == DType::F32 ? view(f, {T, D}) : Tensor(b.data(), DType::BF16, {T, D});
+      };
+      Tensor cp = given ? view(cpre, {T, n}) : Tensor();
+      be.hc_pre(view(X, {T, n, D}), a, cp, view(w, {D}), view(pre, {T, n}), view(post, {T, n}), view(comb, {T, n, n}),
+                row(xn, xnb));
+      be.hc_mix(view(X, {T, n, D}), a, view(pre2, {T, n}), view(post2, {T, n}), view(comb2, {T, n, n}));
+      be.hc_collapse(view(X, {T, n, D}), given ? cp : view(pre2, {T, n}), row(u2, ub));
+      be.rms_norm(row(u2, ub), view(w, {D}), a.norm_eps, row(xn2, xnb2));
+      EXPECT_TRUE(test::same_bits(pre, pre2));
+      EXPECT_TRUE(test::same_bits(post, post2));
+      EXPECT_TRUE(test::same_bits(comb, comb2));
+      if (dt == DType::F32) EXPECT_TRUE(test::same_bits(xn, xn2));
+      else EXPECT_EQ(xnb, xnb2);
+    }
+}
+
 TEST(Hc, HeadMixHasPreOnly) {
   CpuBackend be;
   const int n = 4, T = 2;

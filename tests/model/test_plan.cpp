@@ -82,7 +82,7 @@ TEST(KernelPlan, V4FlashOnCudaPerMode) {
   for (const PlanEntry& e : off.entries()) EXPECT_EQ(e.site.act, DType::F32) << e.site.op << " " << e.site.where;
   // The table names every op family of the forward.
   const std::string t = fast.table();
-  for (const char* op : {"linear", "grouped_linear", "sparse_attention", "indexer_topk", "moe_experts", "hc_mix",
+  for (const char* op : {"linear", "grouped_linear", "sparse_attention", "indexer_topk", "moe_experts", "hc_pre",
                          "compressor", "rms_norm", "embed"})
     EXPECT_NE(t.find(std::string("| ") + op + " |"), std::string::npos) << op;
 }

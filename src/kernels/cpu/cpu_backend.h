@@ -53,6 +53,8 @@ class CpuBackend : public Backend {
   void hc_collapse(const Tensor& X, const Tensor& pre, Tensor out) override;
   void hc_post(const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out) override;
   void hc_expand(const Tensor& e, int n, Tensor X) override;
+  void hc_pre(const Tensor& X, const HcArgs& a, const Tensor& collapse_pre, const Tensor& norm_w, Tensor pre,
+              Tensor post, Tensor comb, Tensor xn) override;
 
   // attention.cpp
   void sparse_attention(const AttnArgs& a, const StepMeta& m) override;

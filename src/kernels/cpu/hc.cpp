@@ -158,4 +158,18 @@ void CpuBackend::hc_expand(const Tensor& e0, int n, Tensor X0) {
     for (int j = 0; j < n; ++j) std::copy(pe + t * D, pe + (t + 1) * D, px + (t * n + j) * D);
 }
 
+// The fused pre (backend.h): the three ops in sequence, u [T, D] in xn's dtype (the rounding
+// the unfused model applied between the collapse and the norm).
+void CpuBackend::hc_pre(const Tensor& X, const HcArgs& a, const Tensor& collapse_pre, const Tensor& norm_w,
+                        Tensor pre, Tensor post, Tensor comb, Tensor xn) {
+  DIL_CHECK(collapse_pre.empty() || collapse_pre.numel() == pre.numel(), "hc_pre: collapse_pre ",
+            collapse_pre.shape_str(), " pre ", pre.shape_str());
+  hc_mix(X, a, pre, post, comb);
+  Buffer ub = alloc(xn.nbytes());
+  Tensor u = xn;  // [T, D] xn's dtype
+  u.data = ub.data();
+  hc_collapse(X, collapse_pre.empty() ? pre : collapse_pre, u);
+  rms_norm(u, norm_w, a.norm_eps, xn);
+}
+
 }  // namespace dil

@@ -12,7 +12,7 @@ std::vector<KernelImpl> build() {
   const char* families[] = {"linear",     "grouped_linear", "sparse_attention", "indexer_topk", "moe_experts",
                             "embed",      "add",            "rms_norm",         "rope",         "fp8_qdq",
                             "fp4_qdq",    "hadamard",       "hc_mix",           "hc_collapse",  "hc_post",
-                            "hc_expand",  "ring_write",     "paged_write",      "compressor",   "moe_route",
+                            "hc_expand",  "hc_pre",  "ring_write",     "paged_write",      "compressor",   "moe_route",
                             "swiglu",     "engram_mix"};
   Tolerance reference;
   reference.reference = true;  // the specification: exact against itself

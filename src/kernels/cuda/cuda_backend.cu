@@ -151,13 +151,18 @@ class CudaBackend final : public Backend {
   void hadamard(Tensor x) override { cuda::hadamard(c_, x); }
 
   void hc_mix(const Tensor& X, const HcArgs& a, Tensor pre, Tensor post, Tensor comb) override {
-    cuda::hc_mix(c_, X, a, pre, post, comb);
+    cuda::hc_mix(c_, X, a, pre, post, comb, impl_for(simple_site("hc_mix", X.dtype, numerics()), X.size(0)).name);
   }
   void hc_collapse(const Tensor& X, const Tensor& pre, Tensor out) override { cuda::hc_collapse(c_, X, pre, out); }
   void hc_post(const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out) override {
-    cuda::hc_post(c_, F, X, post, comb, out);
+    cuda::hc_post(c_, F, X, post, comb, out, impl_for(simple_site("hc_post", X.dtype, numerics()), X.size(0)).name);
   }
   void hc_expand(const Tensor& e, int n, Tensor X) override { cuda::hc_expand(c_, e, n, X); }
+  void hc_pre(const Tensor& X, const HcArgs& a, const Tensor& collapse_pre, const Tensor& norm_w, Tensor pre,
+              Tensor post, Tensor comb, Tensor xn) override {
+    cuda::hc_pre(c_, X, a, collapse_pre, norm_w, pre, post, comb, xn,
+                 impl_for(simple_site("hc_pre", X.dtype, numerics()), X.size(0)).name);
+  }
 
   void sparse_attention(const AttnArgs& a, const StepMeta& m) override {
     const int K = a.comp_idx.empty() ? 0 : int(a.comp_idx.size(1));

@@ -4,6 +4,7 @@
 // (backend.h: fast numerics keeps the streams in bf16, as the official hc_post); every kernel is
 // a template over their storage types (float | bf16_t), computing on the widened values and
 // rounding each output once. pre / post / comb stay f32.
+#include "kernels/cuda/mhc.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace dil::cuda {
@@ -41,44 +42,9 @@ __global__ void hc_mix_kernel(const TX* X, const float* fn, const float* base, c
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
-  int t = blockIdx.x;
-  for (int j = 0; j < n; ++j) pre[t * n + j] = d_sigmoid(mix[j] * scale[0] + base[j]) + eps;
-  if (m == n) return;  // head: pre only
-  for (int j = 0; j < n; ++j) post[t * n + j] = 2.0f * d_sigmoid(mix[n + j] * scale[1] + base[n + j]);
-  float C[8][8];
-  for (int j = 0; j < n; ++j)
-    for (int k = 0; k < n; ++k) C[j][k] = mix[2 * n + j * n + k] * scale[2] + base[2 * n + j * n + k];
-  // Row softmax + eps, then the first column normalisation; then iters-1 rounds of row and
-  // column normalisation. Sums sequential in f32, exp in double rounded once.
-  for (int j = 0; j < n; ++j) {
-    float mx = C[j][0];
-    for (int k = 1; k < n; ++k) mx = C[j][k] > mx ? C[j][k] : mx;
-    float s = 0.f;
-    for (int k = 0; k < n; ++k) {
-      C[j][k] = float(exp(double(C[j][k] - mx)));
-      s += C[j][k];
-    }
-    for (int k = 0; k < n; ++k) C[j][k] = C[j][k] / s + eps;
-  }
-  float colsum[8];
-  for (int it = 0; it < iters; ++it) {
-    if (it > 0) {
-      for (int j = 0; j < n; ++j) {
-        float s = 0.f;
-        for (int k = 0; k < n; ++k) s += C[j][k];
-        for (int k = 0; k < n; ++k) C[j][k] = C[j][k] / (s + eps);
-      }
-    }
-    for (int k = 0; k < n; ++k) {
-      float s = 0.f;
-      for (int j = 0; j < n; ++j) s += C[j][k];
-      colsum[k] = s;
-    }
-    for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k) C[j][k] = C[j][k] / (colsum[k] + eps);
-  }
-  for (int j = 0; j < n; ++j)
-    for (int k = 0; k < n; ++k) comb[(int64_t(t) * n + j) * n + k] = C[j][k];
+  const int64_t t = blockIdx.x;
+  hc_token_scalars(mix, base, scale, n, m, iters, eps, pre + t * n, post ? post + t * n : nullptr,
+                   comb ? comb + t * n * n : nullptr);
 }
 
 // out[t, c] = sum_j pre[t, j] * X[t, j, c] (double, j ascending, rounded once to f32, then to out's dtype)
@@ -165,7 +131,7 @@ void hc_collapse(Ctx& c, const Tensor& X, const Tensor& pre, Tensor out) {
   DIL_LAUNCH_CHECK("hc_collapse_kernel");
 }
 
-void hc_post(Ctx& c, const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out) {
+void hc_post_exact(Ctx& c, const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out) {
   int64_t T = X.size(0), n = X.size(1), D = X.size(2);
   DIL_CHECK(n <= 8, "hc_post: n ", n);
   DIL_CHECK(F.numel() == T * D && out.numel() == X.numel() && post.numel() == T * n && comb.numel() == T * n * n,

@@ -87,11 +87,19 @@ template <class TX, class TO>
 void gemm_simt(Ctx& c, const TX* x, int64_t ldx, int64_t m, const WView& w, int64_t w_row0, TO* out, int64_t ldo,
                int groups, int64_t x_gstride, int64_t o_gstride, int64_t w_gstride);
 
-// mhc.cu
+// mhc.cu (the exact kernels; hc_post's "default")
 void hc_mix(Ctx& c, const Tensor& X, const HcArgs& a, Tensor pre, Tensor post, Tensor comb);
 void hc_collapse(Ctx& c, const Tensor& X, const Tensor& pre, Tensor out);
-void hc_post(Ctx& c, const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out);
+void hc_post_exact(Ctx& c, const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out);
 void hc_expand(Ctx& c, const Tensor& e, int n, Tensor X);
+// mhc_fast.cu: the fused pre ("fused_fast": bf16 streams, f32 arithmetic; "composed": the exact
+// hc_mix, hc_collapse and rms_norm in sequence), hc_mix ("fast_f32" | "default") and hc_post
+// ("vec_f32" | "default") as the plan chose.
+void hc_mix(Ctx& c, const Tensor& X, const HcArgs& a, Tensor pre, Tensor post, Tensor comb, const std::string& impl);
+void hc_pre(Ctx& c, const Tensor& X, const HcArgs& a, const Tensor& collapse_pre, const Tensor& norm_w, Tensor pre,
+            Tensor post, Tensor comb, Tensor xn, const std::string& impl);
+void hc_post(Ctx& c, const Tensor& F, const Tensor& X, const Tensor& post, const Tensor& comb, Tensor out,
+             const std::string& impl);
 
 // attention.cu
 void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m, const std::string& impl);

@@ -6,7 +6,7 @@
 // attention_flash.cuh kFlashHeads/kFlashD,
 // indexer_mma.cu kDi/kMaxHeads, indexer_fp8.cu kDi, indexer.cu kMaxQ/kMaxTopk,
 // topk_rows.h kTopkRowsMaxK, moe_mma.cuh kMmaBK, attention.cu
-// kMaxD, mhc.cu kMaxMix, gemv_fast.cuh kGvMaxRows/kGvMaxK): change both together.
+// kMaxD, mhc.cu kMaxMix, mhc_fast.cu kN/kKc/kMaxGroups, gemv_fast.cuh kGvMaxRows/kGvMaxK): change both together.
 #include "kernels/cuda/registry.h"
 
 #include "backend/backend.h"
@@ -142,6 +142,12 @@ Reqs moe_gemv(const OpSite& s) {
 
 // ---- hc_mix ----
 Reqs hc_any(const OpSite& s) { return {act_f32_or_bf16(s)}; }
+// The fast mHC kernels (mhc_fast.cu); shapes they are not written for (n != 4, D not a multiple
+// of 64 or above 8192) fall back to the exact kernels at the call.
+Reqs hc_fast(const OpSite& s) {
+  return {need(s.numerics == Numerics::Fast, "fast numerics (f32 dots and sums)"),
+          need(s.act == DType::BF16, "bf16 residual streams"), act_f32_or_bf16(s)};
+}
 
 // The derived per-element bounds in numeric form (docs/kernels.md "Numeric forms of the derived
 // bounds" has the derivations).
@@ -174,6 +180,12 @@ std::vector<KernelImpl> build() {
   // h, y and h's FP8 rounding: the tensor-core MoE's numeric form (accumulation-order flips).
   const Tolerance moe_gemv_bound = derived_tolerance(6e-3, 2e-2, false, "tests/cuda/test_moe_gemv.cpp",
                                                      "rounding flips of g, u, h and y");
+  // Fused mHC pre: the dots' f32 accumulation (depth <= nD/8 + 8 + S/32 + 5 terms), ~1e-4 of
+  // sum|fn x| rho at nD = 16384, carried through the sigmoids and Sinkhorn (pre / post / comb
+  // stay within 1e-5 at the model's scales), then at most one bf16 flip of u and of xn per
+  // element: 2^-7 of |xn| each, rare (rel L2 ~1e-4).
+  const Tolerance hc_pre_bound = derived_tolerance(2e-4, 0x1p-7, false, "tests/cuda/test_mhc_fast.cpp",
+                                                   "f32 dots; bf16 flips of u and xn");
   const std::string lin = "tests/cuda/test_linear.cpp";
   std::vector<KernelImpl> r = {
       {"linear", "gemv", "decode-sized GEMV: warps along weight rows, lanes along K with 16-byte loads (2 x 4 in "
@@ -231,6 +243,20 @@ std::vector<KernelImpl> build() {
       {"indexer_topk", "fp64", "thread per (token, row) in double in the reference's order (bf16 inputs widened); "
        "radix top-k over (score, ~row) keys", idx_fp64, 0, exact_tolerance("indices"),
        "tests/cuda/test_indexer_moe.cpp"},
+      {"hc_mix", "fast_f32", "hc_pre fused_fast's mixes alone: split-K f32 FMA dots and sum of squares, warp per "
+       "token for rho, sigmoids and Sinkhorn", hc_fast, 0, hc_pre_bound, "tests/cuda/test_mhc_fast.cpp"},
+      {"hc_mix", "default", "dot products and mean square in double, Sinkhorn on one thread per token", hc_any, 0,
+       tolerance(1e-5, 1e-5), "tests/cuda/test_elementwise.cpp"},
+      {"hc_pre", "fused_fast", "bf16 streams read twice: split-K f32 FMA dots and sum of squares (CTA per 64 tokens x "
+       "K slice, tiles in shared memory, fn as broadcasts), warp per token for the partial sums, rho, sigmoids and "
+       "Sinkhorn (lane 0, the reference's order), CTA per token for the collapse (rounded to bf16) and the RMSNorm",
+       hc_fast, 0, hc_pre_bound, "tests/cuda/test_mhc_fast.cpp"},
+      {"hc_pre", "composed", "the exact hc_mix, hc_collapse (into an activation-dtype row) and rms_norm kernels in "
+       "sequence", hc_any, 0, tolerance(1e-5, 1e-5, true), "tests/cuda/test_mhc_fast.cpp"},
+      {"hc_post", "vec_f32", "thread per (token, 8 channels), 16-byte bf16 loads and stores, f32 FMA", hc_fast, 0,
+       tolerance(1e-6, 1e-6, true, "f32 FMA over 1 + n terms"), "tests/cuda/test_mhc_fast.cpp"},
+      {"hc_post", "default", "thread per (token, channel), double accumulation", hc_any, 0, tolerance(1e-7, 3e-7, true),
+       "tests/cuda/test_elementwise.cpp"},
       {"moe_experts", "gemv", "decode sizes: tiles of <= 4 sorted rows of one expert, the GEMV of linear gemv per "
        "(tile, column block), w1 and w3 rows in one pass with SwiGLU (fast bf16 roundings) fused, FP8 QDQ of h, w2 GEMV, "
        "combine; each active expert's weights streamed once", moe_gemv, 0,
@@ -258,9 +284,7 @@ std::vector<KernelImpl> build() {
       {"fp8_qdq", "warp per block, ue8m0 scale, RNE e4m3 with saturation", exact},
       {"fp4_qdq", "warp per block, ties-to-even e2m1", exact},
       {"hadamard", "FWHT in shared memory in double", tolerance(1e-7, 2e-7, true)},
-      {"hc_mix", "dot products and mean square in double, Sinkhorn on one thread per token", tolerance(1e-5, 1e-5)},
       {"hc_collapse", "thread per (token, channel), double accumulation", elementwise},
-      {"hc_post", "thread per (token, channel), double accumulation", elementwise},
       {"hc_expand", "row copies", exact},
       {"ring_write", "row copies into the window ring", exact},
       {"paged_write", "row copies into paged blocks", exact},
