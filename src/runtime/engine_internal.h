@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "dil/engine.h"
 #include "model/model.h"
+#include "runtime/drafter.h"
 
 namespace dil::runtime {
 
@@ -32,16 +33,24 @@ class StepHook {
 // backend outlives the model. Sizes and allocates the cache (model->allocate_cache) and starts
 // the engine thread. Throws dil::Error on options that cannot work (block size, pool smaller
 // than max_model_len).
+// `drafter`: speculative decoding's proposer (drafter.h; null: no speculation). It replaces
+// whatever opts.speculative would choose (tests inject their own drafters here).
 std::unique_ptr<Engine> make_engine_with_model(const EngineOptions& opts, std::unique_ptr<Model> model,
                                                std::unique_ptr<Backend> backend = nullptr,
-                                               StepHook* hook = nullptr);  // hook outlives the engine
+                                               StepHook* hook = nullptr,  // hook outlives the engine
+                                               std::unique_ptr<Drafter> drafter = nullptr);
+// make_engine with a given drafter (tests: oracle and random proposers on the real model).
+std::unique_ptr<Engine> make_engine_with_drafter(const EngineOptions& opts, std::unique_ptr<Drafter> drafter);
+// The drafter opts.speculative names ("off": null), for a model of `vocab` tokens.
+std::unique_ptr<Drafter> make_drafter(const EngineOptions& opts, const ModelConfig& cfg);
 
 // Pool geometry for `opts` and a model's cache spec (the engine's start-up arithmetic).
 struct PoolPlan {
   int64_t n_blocks = 0;
   int n_slots = 0;        // for sequences
   int n_extra_slots = 0;  // for prefix-cache snapshots only
+  int n_spec_slots = 0;   // speculative decoding: a verify step's snapshot of each drafting sequence
 };
-PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec);
+PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec, bool speculative = false);
 
 }  // namespace dil::runtime
