@@ -35,13 +35,18 @@
 
 namespace dil::runtime {
 
+namespace {
+constexpr int kMaxDraftingSeqs = 64;
+}  // namespace
+
 PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec, bool speculative) {
   PoolPlan p;
   p.n_slots = opts.kv_slots > 0 ? opts.kv_slots : opts.max_num_seqs;
   if (opts.prefix_cache_slots < 0) DIL_FAIL("prefix_cache_slots must be >= 0, got ", opts.prefix_cache_slots);
   p.n_extra_slots = opts.enable_prefix_cache ? opts.prefix_cache_slots : 0;
-  // At most one drafting chunk per running sequence per step.
-  p.n_spec_slots = speculative ? std::min(opts.max_num_seqs, p.n_slots) : 0;
+  // One per drafting sequence of a step; at most 64 sequences draft per step (a V4-Flash slot is
+  // ~24 MB in f32: 64 spare slots are 1.5 GB), the others decode plainly.
+  p.n_spec_slots = speculative ? std::min({opts.max_num_seqs, p.n_slots, kMaxDraftingSeqs}) : 0;
   if (opts.kv_blocks > 0) {
     p.n_blocks = opts.kv_blocks;
   } else {
@@ -112,7 +117,8 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Scheduler> sched_;
   StepHook* hook_ = nullptr;  // data-parallel rank: lockstep with the other ranks
   std::unique_ptr<Drafter> drafter_;  // null: no speculative decoding
-  int spec_slot_base_ = 0;            // model slots [base, base + n_spec_slots): verify snapshots
+  int spec_slot_base_ = 0;            // model slots [base, base + n_spec_slots_): verify snapshots
+  int n_spec_slots_ = 0;              // so at most this many sequences draft in one step
   int64_t spec_drafts_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
   // Engine-thread state.
   std::unordered_map<std::string, std::unique_ptr<Sequence>> live_;  // unfinished, by request id
@@ -154,6 +160,7 @@ EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, 
   if (plan.n_blocks > INT32_MAX) DIL_FAIL("too many KV blocks: ", plan.n_blocks);
   model_->allocate_cache(int(plan.n_blocks), plan.n_slots + plan.n_extra_slots + plan.n_spec_slots, opts.block_tokens);
   spec_slot_base_ = plan.n_slots + plan.n_extra_slots;
+  n_spec_slots_ = plan.n_spec_slots;
   kv_ = std::make_unique<KvManager>(int32_t(plan.n_blocks), plan.n_slots, opts.block_tokens, spec.bytes_per_block,
                                     spec.bytes_per_slot, plan.n_extra_slots);
   if (opts.enable_prefix_cache) {
@@ -588,6 +595,7 @@ void EngineImpl::propose_drafts() {
   }
   if (seqs.empty()) return;
   std::sort(seqs.begin(), seqs.end(), [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
+  if (int(seqs.size()) > n_spec_slots_) seqs.resize(size_t(n_spec_slots_));  // the oldest draft
   std::vector<DraftInput> in;
   in.reserve(seqs.size());
   for (Sequence* s : seqs)
