@@ -10,13 +10,6 @@ namespace {
 
 const std::string kRoot = DIL_SOURCE_DIR;
 
-// The fixtures carry drafter weights (mtp.*, issue 27), but the model's cache holds no MTP /
-// DSpark window rings until a drafter runs them; kv_layout counts them for the real model.
-ModelConfig backbone_only(ModelConfig c) {
-  c.n_mtp = 0;
-  return c;
-}
-
 // The f32 layout is what the V4 CPU model allocates: both must agree byte for byte.
 TEST(KvLayout, F32MatchesTheV4ModelsCacheSpec) {
   auto be = make_backend(BackendKind::CPU);
@@ -25,7 +18,7 @@ TEST(KvLayout, F32MatchesTheV4ModelsCacheSpec) {
   auto model = load_model(kRoot + "/tests/data/v4-tiny", *be, mo);
   for (int bt : {128, 256, 512}) {
     const CacheSpec want = model->cache_spec(bt);
-    const KvLayout got = kv_layout(backbone_only(model->config()), bt, KvFormat::F32);
+    const KvLayout got = kv_layout(model->config(), bt, KvFormat::F32);
     EXPECT_EQ(got.spec.bytes_per_block, want.bytes_per_block) << bt;
     EXPECT_EQ(got.spec.bytes_per_slot, want.bytes_per_slot) << bt;
   }
@@ -38,7 +31,7 @@ TEST(KvLayout, F32MatchesTheV41ModelsCacheSpec) {
   auto model = load_model(kRoot + "/tests/data/v41-tiny", *be, mo);
   for (int bt : {128, 256}) {
     const CacheSpec want = model->cache_spec(bt);
-    const KvLayout got = kv_layout(backbone_only(model->config()), bt, KvFormat::F32);
+    const KvLayout got = kv_layout(model->config(), bt, KvFormat::F32);
     EXPECT_EQ(got.spec.bytes_per_block, want.bytes_per_block) << bt;
     EXPECT_EQ(got.spec.bytes_per_slot, want.bytes_per_slot) << bt;
   }
