@@ -145,6 +145,12 @@ struct EngineStats {
   // the forward) and time the engine thread waited for them after its forward.
   double mask_seconds_total = 0.0;
   double mask_wait_seconds_total = 0.0;
+  // Speculative decoding (vLLM's spec_decode_* counters): verify steps that scored a draft, the
+  // draft tokens scored, and those the target accepted. Mean acceptance length (tokens emitted
+  // per verify step) = 1 + accepted / drafts.
+  int64_t spec_decode_num_drafts = 0;
+  int64_t spec_decode_num_draft_tokens = 0;
+  int64_t spec_decode_num_accepted_tokens = 0;
   // Data-parallel engines: each rank's queues, in rank order (the fields above sum over ranks).
   // Empty on a single-rank engine.
   struct RankLoad {
@@ -222,6 +228,12 @@ struct EngineOptions {
   LogprobsMode logprobs_mode = LogprobsMode::Raw;
   int max_logprobs = 20;              // largest accepted SamplingParams::logprobs
   LoadProgressFn on_load_progress;    // ModelOptions::on_progress of the model's load
+  // Speculative decoding (runtime/drafter.h): "off"; "ngram" (prompt lookup: the tokens that
+  // followed the latest earlier occurrence of the last 1..4 tokens, vLLM's [ngram]); "mtp" (V4's
+  // MTP layer) and "dspark" (V4.1's DSpark drafter) are not implemented yet (an error).
+  // Greedy and seeded outputs are the same with and without it, token for token.
+  std::string speculative = "off";
+  int num_speculative_tokens = 3;     // most draft tokens per sequence and step (>= 1)
 };
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opts);  // throws dil::Error

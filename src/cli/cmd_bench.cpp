@@ -2,7 +2,7 @@
 //
 //   bench prefill --config FILE [--context 131072] [--cached 126976] [--new-tokens 4096]
 //                 [--layers 1,3,4|all] [--device cuda] [--numerics fast] [--iters 3] [--json OUT]
-//   bench decode  --config FILE --batch B --context C [...same options]
+//   bench decode  --config FILE --batch B --context C [--speculative K] [...same options]
 //   bench ceilings [--device cuda]
 //   prefill/decode also take --no-replay (V4.1: every layer on every row, the baseline of the
 //   decoder replay, model/replay.h) and --nproc N (and --nnodes/--node-rank/--master-addr/--master-port):
@@ -15,6 +15,13 @@
 // the model's full depth (labelled as such; each layer kind's time per row it computed, times
 // the rows every layer of that kind computes at full depth, which under decoder replay differ
 // per layer).
+//
+// bench decode --speculative K (issue 27) then also times the verify step of speculative
+// decoding for d = 1..K drafted tokens: every sequence a chunk of d + 1 tokens with every row's
+// logits (what the engine runs), plus the engine's per-step snapshot of each drafting sequence's
+// state slot (copy_cache), and prints the tok/s/GPU implied at mean acceptance lengths 1.5, 2.5,
+// 3.5 (tokens emitted per verify step; dummy weights accept nothing, so the acceptance length is
+// an input here: tok/s = batch x length / verify time).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -62,6 +69,7 @@ struct BenchPrefillOptions : BenchModelOptions {
 struct BenchDecodeOptions : BenchModelOptions {
   int64_t batch = 64;
   int64_t context = 32768;
+  int speculative = 0;  // K > 0: also the verify step for 1..K drafted tokens
 };
 struct BenchCeilingsOptions {
   std::string device = "cuda";
@@ -98,9 +106,73 @@ Run time_steps(Model& model, Backend& be, const StepBatch& batch, int warmup, in
   return r;
 }
 
+// Speculative decoding's verify step for d = 1..K drafts (see the file comment): each d's step
+// time (subset and full depth, extrapolated like the decode step), the state-slot snapshot of
+// every sequence the engine takes before it, and the tok/s/GPU at acceptance lengths 1.5..3.5.
+struct VerifyRuns {
+  double snap_ms = 0;     // the slot snapshots of every sequence, built layers
+  std::vector<Run> runs;  // d = 1..K
+};
+
+// Every rank runs these (the forwards' collectives), before rank 0 reports.
+template <typename MakeBatch>
+VerifyRuns time_verify(Model& model, Backend& be, const MakeBatch& make_batch, int64_t n_seqs, int k,
+                       const BenchModelOptions& o) {
+  VerifyRuns v;
+  // Snapshot: one slot copy per sequence (slot s -> n_seqs + s), timed alone.
+  std::vector<CacheCopy> cc;
+  for (int64_t s = 0; s < n_seqs; ++s) cc.push_back({CacheCopy::Kind::Slot, int32_t(s), int32_t(n_seqs + s)});
+  model.copy_cache(cc);
+  be.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iters; ++i) model.copy_cache(cc);
+  be.synchronize();
+  v.snap_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / o.iters;
+  for (int d = 1; d <= k; ++d) v.runs.push_back(time_steps(model, be, make_batch(d + 1, true), o.warmup, o.iters));
+  return v;
+}
+
+template <typename Extrapolate>
+json report_verify(VerifyRuns& v, const ModelConfig& cfg, const Extrapolate& extrapolate, int64_t n_seqs, Run& decode,
+                   double decode_full_ms, int n_built) {
+  // The slots hold the built layers only; a slot is mostly SWA ring rows (the same size in
+  // every layer), so the full-depth snapshot scales by layers.
+  const double snap_ms = v.snap_ms;
+  const double snap_full_ms = snap_ms * cfg.n_layers / std::max(1, n_built);
+  std::printf("\nspeculative verify: %lld seqs, each [last token + d drafts] with every row's logits, + the slot "
+              "snapshot (%.3f ms for the built layers, ~%.3f ms at full depth)\n",
+              (long long)n_seqs, snap_ms, snap_full_ms);
+  std::printf("%-3s %12s %14s %14s %12s", "d", "subset ms", "full ms", "+snapshot ms", "vs decode");
+  const double lens[] = {1.5, 2.5, 3.5};
+  for (double a : lens) std::printf("  tok/s/GPU@%.1f", a);
+  std::printf("\n%-3d %12.3f %14.3f %14s %12s  (plain decode: %.1f tok/s/GPU)\n", 0, decode.step_ms, decode_full_ms, "-",
+              "1.00x", double(n_seqs) / (decode_full_ms / 1e3));
+  json rows = json::array();
+  for (int d = 1; d <= int(v.runs.size()); ++d) {
+    Run& r = v.runs[size_t(d - 1)];
+    const double full = extrapolate(r, d + 1), verify = full + snap_full_ms;
+    std::printf("%-3d %12.3f %14.3f %14.3f %11.2fx", d, r.step_ms, full, verify, verify / decode_full_ms);
+    json tok = json::object();
+    for (double a : lens) {
+      if (a > d + 1) {
+        std::printf("  %15s", "-");
+        continue;
+      }
+      const double t = double(n_seqs) * a / (verify / 1e3);
+      std::printf("  %15.1f", t);
+      tok[std::to_string(a).substr(0, 3)] = t;
+    }
+    std::printf("\n");
+    rows.push_back({{"drafts", d}, {"step_ms_subset", r.step_ms}, {"full_ms", full}, {"snapshot_full_ms", snap_full_ms},
+                    {"verify_full_ms", verify}, {"tok_s_gpu_at_acceptance_length", tok}});
+  }
+  return {{"snapshot_ms_subset", snap_ms}, {"snapshot_full_ms", snap_full_ms}, {"decode_full_ms", decode_full_ms},
+          {"verify", rows}};
+}
+
 // One step of n_seqs sequences, each `new_tokens` after `cached` cached tokens (decode: 1).
 int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t cached, int64_t new_tokens,
-                const ProgramArgs& prog) {
+                const ProgramArgs& prog, int spec_tokens = 0) {
   const std::string& cfg_path = o.config;
   ModelConfig cfg = load_config(cfg_path);
   int launcher_status = 0;
@@ -131,32 +203,41 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   auto t_load = std::chrono::steady_clock::now();
   auto model = load_model(cfg_path, *be, opt);
   if (!quiet) std::fprintf(stderr, "%s\n", loaded_line(printer.last(), "").c_str());
-  const int64_t blocks_per_seq = (cached + new_tokens + bt - 1) / bt;
-  model->allocate_cache(int(blocks_per_seq * n_seqs), int(n_seqs), bt);
+  const int64_t blocks_per_seq = (cached + new_tokens + spec_tokens + bt - 1) / bt;
+  // Speculative verify: slots [n_seqs, 2 n_seqs) hold the engine's per-step snapshots.
+  model->allocate_cache(int(blocks_per_seq * n_seqs), int(n_seqs * (spec_tokens > 0 ? 2 : 1)), bt);
   model->randomize_cache(opt.seed + 1);
-  StepBatch batch;
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    SeqChunk c;
-    c.slot = int32_t(s);
-    c.start_pos = int32_t(cached);
-    c.n_tokens = int32_t(new_tokens);
-    for (int64_t b = 0; b < blocks_per_seq; ++b) c.blocks.push_back(int32_t(s * blocks_per_seq + b));
-    batch.seqs.push_back(c);
-    for (int64_t t = 0; t < new_tokens; ++t) batch.tokens.push_back(int32_t((s * 7919 + t * 104729) % cfg.vocab_size));
-  }
+  auto make_batch = [&](int64_t n_new, bool all_logits) {
+    StepBatch batch;
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      SeqChunk c;
+      c.slot = int32_t(s);
+      c.start_pos = int32_t(cached);
+      c.n_tokens = int32_t(n_new);
+      c.all_logits = all_logits;
+      for (int64_t b = 0; b < blocks_per_seq; ++b) c.blocks.push_back(int32_t(s * blocks_per_seq + b));
+      batch.seqs.push_back(c);
+      for (int64_t t = 0; t < n_new; ++t) batch.tokens.push_back(int32_t((s * 7919 + t * 104729) % cfg.vocab_size));
+    }
+    return batch;
+  };
+  const StepBatch batch = make_batch(new_tokens, false);
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   Run r = time_steps(*model, *be, batch, warmup, iters);
   // Rows per layer and sequence (decoder replay): what the cost model and the extrapolation
   // count, checked against what the model ran.
   const bool replay = opt.decoder_replay && cfg.arch == Arch::V41;
   const ReplaySchedule rs = replay_schedule(cfg);
-  auto layer_rows = [&](int L) { return replay ? replay_rows(rs, L, int(new_tokens)).out : int(new_tokens); };
+  auto layer_rows_of = [&](int L, int64_t n) { return replay ? replay_rows(rs, L, int(n)).out : int(n); };
+  auto layer_rows = [&](int L) { return layer_rows_of(L, new_tokens); };
   if (auto* v41 = dynamic_cast<V41Model*>(model.get())) {
     for (int L : opt.layers)
       if (v41->layer_rows()[size_t(L)] != int64_t(layer_rows(L)) * n_seqs)
         DIL_FAIL("layer ", L, " ran ", v41->layer_rows()[size_t(L)], " rows, the replay plan says ",
                  int64_t(layer_rows(L)) * n_seqs);
   }
+  VerifyRuns verify;
+  if (spec_tokens > 0) verify = time_verify(*model, *be, make_batch, n_seqs, spec_tokens, o);
   if (quiet) return 0;
 
   std::map<std::string, double> ceil = be->measure_ceilings();
@@ -174,21 +255,24 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
 
   // Extrapolation to the full depth: measured time per row of each layer kind x the rows that
   // kind's layers compute at full depth (without replay: time per layer x the kind's count).
-  std::map<std::string, double> kind_rows_subset, kind_rows_full;
-  for (int L : opt.layers) kind_rows_subset[layer_kind(cfg, L)] += layer_rows(L);
-  for (int L = 0; L < cfg.n_layers; ++L) kind_rows_full[layer_kind(cfg, L)] += layer_rows(L);
-  // The profiled step carries event overhead; scale its parts to the plain step time.
-  double prof_layers = 0;
-  for (auto& [kind, ms] : r.layer_kind_ms) prof_layers += ms;
-  const double prof_head = r.module_ms["embed+head"];
-  const double scale = r.step_ms / std::max(1e-9, prof_layers + prof_head);
   bool extrapolable = true;
-  double full_ms = prof_head;
-  for (auto& [kind, rows] : kind_rows_full) {
-    if (!kind_rows_subset.count(kind)) { extrapolable = false; continue; }
-    full_ms += r.layer_kind_ms[kind] / kind_rows_subset[kind] * rows;
-  }
-  full_ms *= scale;
+  auto extrapolate = [&](Run& run, int64_t n_new) {
+    std::map<std::string, double> kind_rows_subset, kind_rows_full;
+    for (int L : opt.layers) kind_rows_subset[layer_kind(cfg, L)] += layer_rows_of(L, n_new);
+    for (int L = 0; L < cfg.n_layers; ++L) kind_rows_full[layer_kind(cfg, L)] += layer_rows_of(L, n_new);
+    // The profiled step carries event overhead; scale its parts to the plain step time.
+    double prof_layers = 0;
+    for (auto& [kind, ms] : run.layer_kind_ms) prof_layers += ms;
+    const double prof_head = run.module_ms["embed+head"];
+    const double scale = run.step_ms / std::max(1e-9, prof_layers + prof_head);
+    double ms = prof_head;
+    for (auto& [kind, rows] : kind_rows_full) {
+      if (!kind_rows_subset.count(kind)) { extrapolable = false; continue; }
+      ms += run.layer_kind_ms[kind] / kind_rows_subset[kind] * rows;
+    }
+    return full_depth ? run.step_ms : ms * scale;
+  };
+  const double full_ms = extrapolate(r, new_tokens);
 
   const double tokens = double(n_seqs * new_tokens);
   std::printf("\n%s %s  device %s x %d ranks (expert-parallel MoE)  numerics %s  layers [", decode ? "decode" : "prefill",
@@ -245,6 +329,8 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
     out["full_ms_extrapolated"] = full_ms;
     out["tok_s_gpu_extrapolated"] = tokens / (full_ms / 1e3);
   }
+  if (spec_tokens > 0)
+    out["speculative"] = report_verify(verify, cfg, extrapolate, n_seqs, r, full_ms, int(opt.layers.size()));
   if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
   return 0;
 }
@@ -301,7 +387,12 @@ void add_bench(CLI::App& top, std::vector<Declared>* out) {
   add_model_options(dc, *d);
   dc->add_option("--batch", d->batch, "sequences in the step")->check(CLI::PositiveNumber);
   dc->add_option("--context", d->context, "cached tokens of each sequence")->check(CLI::PositiveNumber);
-  out->push_back({dc, [d](const ProgramArgs& prog) { return bench_model(*d, true, d->batch, d->context, 1, prog); }});
+  dc->add_option("--speculative", d->speculative,
+                 "also time speculative decoding's verify step for 1..K drafted tokens per sequence")
+      ->check(CLI::Range(1, 16));
+  out->push_back({dc, [d](const ProgramArgs& prog) {
+                    return bench_model(*d, true, d->batch, d->context, 1, prog, d->speculative);
+                  }});
 
   auto c = std::make_shared<BenchCeilingsOptions>();
   CLI::App* cc = b->add_subcommand("ceilings", "measure the backend's GEMM and memory ceilings");

@@ -77,6 +77,9 @@ int run_serve(ServeOptions o, const ProgramArgs& prog) {
   const int dp = o.dp;
   EngineOptions& eo = o.engine;
   server::ServerOptions& so = o.server;
+  if (dp > 1 && eo.speculative != "off")
+    DIL_FAIL("--speculative ", eo.speculative, " does not run with --dp ", dp, " yet (the ranks' steps would need ",
+             "the same draft lengths); use --speculative off");
 
   // Several ranks: this process is the launcher (spawns the local ranks and returns their
   // status) or one rank with its backend (its GPU) and communicator.

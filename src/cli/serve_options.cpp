@@ -59,6 +59,12 @@ CLI::App* declare_serve(CLI::App& top, ServeOptions& o, const std::string& descr
   c->add_option("--prefix-cache-slots", e.prefix_cache_slots,
                 "state slots beyond max-num-seqs for prefix-cache snapshots (idle slots hold them too)")
       ->check(CLI::NonNegativeNumber);
+  c->add_option("--speculative", e.speculative,
+                "speculative decoding: off, ngram (prompt lookup); mtp and dspark are not implemented yet")
+      ->check(CLI::IsMember({"off", "ngram", "mtp", "dspark"}));
+  c->add_option("--num-speculative-tokens", e.num_speculative_tokens,
+                "most draft tokens per sequence and step (they count in --max-num-batched-tokens)")
+      ->check(CLI::PositiveNumber);
   c->add_option("--seed", e.seed, "seed of requests that bring none (0: a random one at start)");
   c->add_option("--max-logprobs", e.max_logprobs, "largest logprobs / top_logprobs a request may ask for")
       ->check(CLI::NonNegativeNumber);

@@ -47,7 +47,7 @@ struct Command {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend,
-             StepHook* hook, Backend* memory);
+             StepHook* hook, Backend* memory, std::unique_ptr<Drafter> drafter);
   ~EngineImpl() override { shutdown(); }
   std::shared_ptr<RequestStream> submit(GenRequest req) override;
   std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenRequest> reqs) override;
@@ -64,6 +64,12 @@ class EngineImpl final : public Engine {
   // mask: the allowed tokens of a constrained row, computed during the forward; null for an
   // unconstrained row, or for a forked follower, whose first mask is computed here.
   void sample_and_commit(Sequence* s, std::span<const float> logits, std::vector<uint64_t>* mask);
+  // Speculative decoding: drafts for the sequences that decode this step (Sequence::draft).
+  void propose_drafts();
+  // A drafting chunk's rows ([n_tokens, vocab] from `lrows`): samples position by position and
+  // stops at the first token that differs from the draft. Returns the drafts accepted, or -1
+  // when the sequence finished (it is destroyed then).
+  int verify(Sequence* s, const ScheduledChunk& c, std::span<const float> lrows, std::vector<uint64_t>* mask);
   void run_copies(const std::vector<CopyOp>& ops);
   // The allowed tokens of a constrained row: the constraint's mask plus EOS/stop tokens when
   // its output is complete. False when nothing is allowed (the sequence is then finished).
@@ -84,6 +90,10 @@ class EngineImpl final : public Engine {
   std::unique_ptr<PrefixCache> cache_;  // null: --no-prefix-cache
   std::unique_ptr<Scheduler> sched_;
   StepHook* hook_ = nullptr;  // data-parallel rank: lockstep with the other ranks
+  std::unique_ptr<Drafter> drafter_;  // null: no speculative decoding
+  int spec_slot_base_ = 0;            // model slots [base, base + n_spec_slots_): verify snapshots
+  int n_spec_slots_ = 0;              // so at most this many sequences draft in one step
+  int64_t spec_drafts_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
   // Engine-thread state.
   std::unordered_map<std::string, std::unique_ptr<Sequence>> live_;  // unfinished, by request id
   std::mt19937_64 seed_gen_;
@@ -106,8 +116,8 @@ class EngineImpl final : public Engine {
 };
 
 EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, std::unique_ptr<Backend> backend,
-                       StepHook* hook, Backend* memory)
-    : backend_(std::move(backend)), model_(std::move(model)), opts_(opts), hook_(hook) {
+                       StepHook* hook, Backend* memory, std::unique_ptr<Drafter> drafter)
+    : backend_(std::move(backend)), model_(std::move(model)), opts_(opts), hook_(hook), drafter_(std::move(drafter)) {
   const ModelConfig& cfg = model_->config();
   if (opts.block_tokens <= 0 || opts.block_tokens % 128 != 0)
     DIL_FAIL("block_tokens must be a positive multiple of 128, got ", opts.block_tokens);
@@ -120,7 +130,7 @@ EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, 
   const bool automatic = opts.kv_blocks <= 0 && opts.kv_memory_bytes <= 0;
   const KvBudget budget =
       automatic ? auto_kv_budget(opts, spec, *model_, memory ? memory : backend_.get()) : KvBudget{};
-  const PoolPlan plan = plan_pool(opts, spec, budget);
+  const PoolPlan plan = plan_pool(opts, spec, budget, drafter_ != nullptr);
   // vLLM's rule: a max_model_len the pool cannot hold once is a start-up error, so every
   // request the server admits (prompt + max_tokens <= max_model_len) fits when the pool is free.
   // Plus one block: a sequence whose partial last block is shared (with a prefix-cache entry or
@@ -132,7 +142,9 @@ EngineImpl::EngineImpl(const EngineOptions& opts, std::unique_ptr<Model> model, 
              " blocks with the copy-on-write block); raise --gpu-memory-utilization / --kv-memory-mb or lower "
              "--max-model-len / --max-num-seqs");
   if (plan.n_blocks > INT32_MAX) DIL_FAIL("too many KV blocks: ", plan.n_blocks);
-  model_->allocate_cache(int(plan.n_blocks), plan.n_slots + plan.n_extra_slots, opts.block_tokens);
+  model_->allocate_cache(int(plan.n_blocks), plan.n_slots + plan.n_extra_slots + plan.n_spec_slots, opts.block_tokens);
+  spec_slot_base_ = plan.n_slots + plan.n_extra_slots;
+  n_spec_slots_ = plan.n_spec_slots;
   kv_ = std::make_unique<KvManager>(int32_t(plan.n_blocks), plan.n_slots, opts.block_tokens, spec.bytes_per_block,
                                     spec.bytes_per_slot, plan.n_extra_slots);
   if (opts.enable_prefix_cache) {
@@ -323,6 +335,7 @@ void EngineImpl::release(Sequence* s) {
   s->followers.clear();
   auto it = std::find(open_leaders_.begin(), open_leaders_.end(), s);
   if (it != open_leaders_.end()) open_leaders_.erase(it);
+  if (drafter_) drafter_->release(s->id);
   sched_->finish(s);
   live_.erase(s->request_id);  // destroys s
 }
@@ -398,6 +411,7 @@ std::vector<int32_t> EngineImpl::min_tokens_ban(const Sequence& s) const {
 }
 
 bool EngineImpl::step() {
+  if (drafter_) propose_drafts();
   Schedule sch = sched_->schedule();
   if (sch.chunks.empty())
     DIL_CHECK(sched_->n_running() > 0 || sched_->n_waiting() == 0, "waiting requests but nothing schedulable");
@@ -421,15 +435,27 @@ bool EngineImpl::step() {
     return false;
   }
   batch.tokens.reserve(sch.n_tokens);
-  for (const ScheduledChunk& c : sch.chunks) {
+  // Speculative decoding: a drafting chunk's slot is copied to a spare slot first, so that the
+  // state its rejected drafts leave can be undone (verify()).
+  std::vector<int32_t> spec_slot(sch.chunks.size(), -1);
+  int n_spec = 0;
+  for (size_t k = 0; k < sch.chunks.size(); ++k) {
+    const ScheduledChunk& c = sch.chunks[k];
     SeqChunk sc;
     sc.slot = kv_->slot(c.seq->id);
     sc.start_pos = c.start;
     sc.n_tokens = c.n_tokens;
     sc.blocks = kv_->blocks(c.seq->id);
     sc.want_logits = c.sample;
+    sc.all_logits = c.n_draft > 0;
+    const int known = c.n_tokens - c.n_draft;
+    batch.tokens.insert(batch.tokens.end(), c.seq->tokens.begin() + c.start, c.seq->tokens.begin() + c.start + known);
+    if (c.n_draft > 0) {
+      batch.tokens.insert(batch.tokens.end(), c.seq->draft.begin(), c.seq->draft.begin() + c.n_draft);
+      spec_slot[k] = spec_slot_base_ + n_spec++;
+      sch.copies.push_back({CopyOp::Kind::Slot, sc.slot, spec_slot[k]});
+    }
     batch.seqs.push_back(std::move(sc));
-    batch.tokens.insert(batch.tokens.end(), c.seq->tokens.begin() + c.start, c.seq->tokens.begin() + c.start + c.n_tokens);
   }
   // Structured output: each constrained row's mask depends only on the tokens sampled so far,
   // so it is computed on the mask worker while the model runs.
@@ -459,7 +485,8 @@ bool EngineImpl::step() {
     model_->forward(batch, &logits);
     // What the forward left behind: snapshots at the chunks' ends, forks of finished prompts.
     std::vector<CopyOp> post;
-    for (const ScheduledChunk& c : sch.chunks) c.seq->num_computed += c.n_tokens;
+    // Drafts count as computed only once verify() accepted them all.
+    for (const ScheduledChunk& c : sch.chunks) c.seq->num_computed += c.n_tokens - c.n_draft;
     sched_->after_forward(sch, &post);
     for (size_t i = 0; i < sch.chunks.size(); ++i) {
       Sequence* s = sch.chunks[i].seq;
@@ -498,16 +525,105 @@ bool EngineImpl::step() {
   }
   ++steps_;
   size_t row = 0;
+  std::vector<CopyOp> restores;  // verify snapshots back into the slots of rejected drafts
+  std::vector<Sequence*> restored;
   for (size_t i = 0; i < sch.chunks.size(); ++i) {
     const ScheduledChunk& c = sch.chunks[i];
     if (!c.sample) continue;
-    DIL_CHECK((row + 1) * vocab <= logits.size(), "model returned ", logits.size(), " logits for row ", row);
+    const size_t rows = c.n_draft > 0 ? size_t(c.n_tokens) : 1;
+    DIL_CHECK((row + rows) * vocab <= logits.size(), "model returned ", logits.size(), " logits for row ", row);
+    if (c.n_draft > 0) {
+      Sequence* s = c.seq;
+      const int32_t slot = kv_->slot(s->id);
+      const int accepted = verify(s, c, std::span<const float>(logits.data() + row * vocab, rows * vocab),
+                                  s->constraint ? &masks[i] : nullptr);  // may destroy s
+      row += rows;
+      if (accepted < 0) continue;
+      if (accepted == c.n_draft) {
+        s->num_computed += c.n_draft;
+      } else {
+        // The slot holds the state after rejected tokens: back to the state before the chunk,
+        // and the accepted tokens are computed again by the next step (without drafts).
+        s->num_computed = c.start;
+        restores.push_back({CopyOp::Kind::Slot, spec_slot[i], slot});
+        restored.push_back(s);
+      }
+      continue;
+    }
     std::span<const float> lrow(logits.data() + row * vocab, vocab);
     ++row;
     sample_and_commit(c.seq, lrow, c.seq->constraint ? &masks[i] : nullptr);  // may destroy c.seq
     for (Sequence* f : forked[i]) sample_and_commit(f, lrow, nullptr);
   }
+  if (!restores.empty()) {
+    try {
+      run_copies(restores);
+    } catch (const std::exception& e) {
+      if (hook_) hook_->fatal(str_cat("speculative restore failed: ", e.what()));
+      for (Sequence* s : restored) finish(s, FinishReason::Error, str_cat("speculative restore failed: ", e.what()));
+    }
+  }
   return true;
+}
+
+// Drafts are proposed only for sequences whose every known token but the last is computed
+// (plain decode): after a rejection the next step computes the accepted tokens again without a
+// draft, so the restored state never falls behind by more than one verify step.
+void EngineImpl::propose_drafts() {
+  std::vector<Sequence*> seqs;
+  for (auto& [id, s] : live_) {
+    s->draft.clear();
+    if (s->status != Sequence::Status::Running || s->leader || s->num_generated() < 1) continue;
+    if (s->num_computed != s->len() - 1 || !s->snapshot_at.empty()) continue;
+    if (s->stop.max_tokens - s->num_generated() - 1 < 1) continue;  // the bonus token ends it
+    seqs.push_back(s.get());
+  }
+  if (seqs.empty()) return;
+  std::sort(seqs.begin(), seqs.end(), [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
+  if (int(seqs.size()) > n_spec_slots_) seqs.resize(size_t(n_spec_slots_));  // the oldest draft
+  std::vector<DraftInput> in;
+  in.reserve(seqs.size());
+  for (Sequence* s : seqs)
+    in.push_back({s->id, s->request_id, s->tokens, s->prompt_len,
+                  std::min(drafter_->max_draft_tokens(), s->stop.max_tokens - s->num_generated() - 1)});
+  std::vector<std::vector<int32_t>> out;
+  drafter_->propose(in, &out);
+  DIL_CHECK(out.size() == in.size(), "drafter returned ", out.size(), " proposals for ", in.size(), " sequences");
+  for (size_t k = 0; k < seqs.size(); ++k) {
+    std::vector<int32_t>& d = out[k];
+    if (int(d.size()) > in[k].max_tokens) d.resize(size_t(in[k].max_tokens));
+    for (int32_t t : d) DIL_CHECK(t >= 0 && t < info_.vocab_size, "drafter proposed token ", t);
+    seqs[k]->draft = std::move(d);
+  }
+}
+
+// Every position is sampled exactly as a non-speculative step would sample it (same logits
+// row, penalties over the tokens before it, seed keyed by its position, constraint advanced
+// token by token), and the loop stops at the first sampled token that is not the draft's.
+// So the output is the target's token for token; with temperature > 0 this is speculative
+// sampling with the draft as a point proposal: a draft d is kept with probability p(d), and a
+// rejected position emits a token of p conditioned on != d, i.e. the residual (p - q)+ of a
+// proposal q = one-hot(d), normalized.
+int EngineImpl::verify(Sequence* s, const ScheduledChunk& c, std::span<const float> lrows, std::vector<uint64_t>* mask) {
+  const size_t vocab = size_t(info_.vocab_size);
+  const std::string rid = s->request_id;
+  const std::vector<int32_t> draft(s->draft.begin(), s->draft.begin() + c.n_draft);
+  s->draft.clear();
+  const int first = c.n_tokens - c.n_draft - 1;  // the row of the last known token
+  ++spec_drafts_;
+  spec_draft_tokens_ += c.n_draft;
+  int accepted = 0;
+  for (int i = 0; i <= c.n_draft; ++i) {
+    sample_and_commit(s, lrows.subspan(size_t(first + i) * vocab, vocab), i == 0 ? mask : nullptr);
+    if (!live_.count(rid)) {  // finished (stop, length, grammar): s is gone
+      spec_accepted_tokens_ += accepted;
+      return -1;
+    }
+    if (i == c.n_draft || s->tokens.back() != draft[size_t(i)]) break;
+    ++accepted;
+  }
+  spec_accepted_tokens_ += accepted;
+  return accepted;
 }
 
 void EngineImpl::run_copies(const std::vector<CopyOp>& ops) {
@@ -578,6 +694,9 @@ void EngineImpl::publish_stats() {
   st.prefix_cache_evictions = cache_ ? cache_->evictions() : 0;
   st.mask_seconds_total = mask_seconds_;
   st.mask_wait_seconds_total = mask_wait_seconds_;
+  st.spec_decode_num_drafts = spec_drafts_;
+  st.spec_decode_num_draft_tokens = spec_draft_tokens_;
+  st.spec_decode_num_accepted_tokens = spec_accepted_tokens_;
   std::lock_guard<std::mutex> lk(stats_mu_);
   stats_ = st;
 }
@@ -622,9 +741,10 @@ void EngineImpl::loop() {
 }  // namespace
 
 std::unique_ptr<Engine> make_engine_with_model(const EngineOptions& opts, std::unique_ptr<Model> model,
-                                               std::unique_ptr<Backend> backend, StepHook* hook, Backend* memory) {
+                                               std::unique_ptr<Backend> backend, StepHook* hook, Backend* memory,
+                                               std::unique_ptr<Drafter> drafter) {
   DIL_CHECK(model != nullptr, "make_engine_with_model without a model");
-  return std::make_unique<EngineImpl>(opts, std::move(model), std::move(backend), hook, memory);
+  return std::make_unique<EngineImpl>(opts, std::move(model), std::move(backend), hook, memory, std::move(drafter));
 }
 
 }  // namespace dil::runtime

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "dil/engine.h"
 #include "model/model.h"
+#include "runtime/drafter.h"
 
 namespace dil::runtime {
 
@@ -34,10 +35,16 @@ class StepHook {
 // than max_model_len).
 // `memory`: the backend whose memory sizes the pool when the options leave it automatic
 // (null: `backend`; both null: the host's memory).
+// `drafter`: speculative decoding's proposer (drafter.h; null: no speculation). It replaces
+// whatever opts.speculative would choose (tests inject their own drafters here).
 std::unique_ptr<Engine> make_engine_with_model(const EngineOptions& opts, std::unique_ptr<Model> model,
                                                std::unique_ptr<Backend> backend = nullptr,
                                                StepHook* hook = nullptr,  // hook outlives the engine
-                                               Backend* memory = nullptr);
+                                               Backend* memory = nullptr, std::unique_ptr<Drafter> drafter = nullptr);
+// make_engine with a given drafter (tests: oracle and random proposers on the real model).
+std::unique_ptr<Engine> make_engine_with_drafter(const EngineOptions& opts, std::unique_ptr<Drafter> drafter);
+// The drafter opts.speculative names ("off": null), for a model of `vocab` tokens.
+std::unique_ptr<Drafter> make_drafter(const EngineOptions& opts, const ModelConfig& cfg);
 
 // Pool geometry for `opts` and a model's cache spec (the engine's start-up arithmetic,
 // pool_sizing.cpp).
@@ -45,6 +52,7 @@ struct PoolPlan {
   int64_t n_blocks = 0;
   int n_slots = 0;        // for sequences
   int n_extra_slots = 0;  // for prefix-cache snapshots only
+  int n_spec_slots = 0;   // speculative decoding: a verify step's snapshot of each drafting sequence
   int64_t budget_bytes = 0;  // the byte budget the pool was cut from (0: kv_blocks given)
   std::string sizing;        // where the budget came from, for the start-up log
 };
@@ -63,6 +71,7 @@ KvBudget auto_kv_budget(const EngineOptions& opts, const CacheSpec& spec, Model&
 int64_t pool_blocks_needed(const EngineOptions& opts);
 // Every slot plus max_num_seqs sequences of max_model_len: the most the limits can use.
 int64_t pool_bytes_at_limits(const EngineOptions& opts, const CacheSpec& spec);
-PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec, const KvBudget& budget = {});
+PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec, const KvBudget& budget = {},
+                   bool speculative = false);
 
 }  // namespace dil::runtime

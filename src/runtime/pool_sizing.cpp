@@ -116,11 +116,15 @@ KvBudget auto_kv_budget(const EngineOptions& o, const CacheSpec& spec, Model& mo
   return b;
 }
 
-PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec, const KvBudget& budget) {
+PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec, const KvBudget& budget, bool speculative) {
   PoolPlan p;
   p.n_slots = opts.kv_slots > 0 ? opts.kv_slots : opts.max_num_seqs;
   if (opts.prefix_cache_slots < 0) DIL_FAIL("prefix_cache_slots must be >= 0, got ", opts.prefix_cache_slots);
   p.n_extra_slots = opts.enable_prefix_cache ? opts.prefix_cache_slots : 0;
+  // One per drafting sequence of a step; at most kMaxDraftingSeqs sequences draft per step (a
+  // V4-Flash slot is ~24 MB in f32: 64 spare slots are 1.5 GB), the others decode plainly.
+  constexpr int kMaxDraftingSeqs = 64;
+  p.n_spec_slots = speculative ? std::min({opts.max_num_seqs, p.n_slots, kMaxDraftingSeqs}) : 0;
   if (opts.kv_blocks > 0) {
     p.n_blocks = opts.kv_blocks;
     p.sizing = "kv_blocks";
@@ -134,20 +138,21 @@ PoolPlan plan_pool(const EngineOptions& opts, const CacheSpec& spec, const KvBud
   if (budget.automatic && opts.kv_memory_bytes <= 0 && opts.kv_slots <= 0) {
     // Fewer sequence slots when the memory cannot hold them all next to one full-length sequence.
     const int64_t one_seq = pool_blocks_needed(opts) * block;
-    const int64_t fit = slot > 0 ? (bytes - one_seq) / slot - p.n_extra_slots : p.n_slots;
+    const int64_t fit = slot > 0 ? (bytes - one_seq) / slot - p.n_extra_slots - p.n_spec_slots : p.n_slots;
     if (fit < p.n_slots) {
       if (fit < 1)
         DIL_FAIL("the KV budget of ", gib(double(bytes)), " (", p.sizing, ") cannot hold one sequence of max_model_len ",
                  opts.max_model_len, " (", gib(double(one_seq + slot)), " with its state slot) and the ",
                  p.n_extra_slots, " prefix-cache slots; lower --max-model-len or raise the memory");
       p.n_slots = int(fit);
+      p.n_spec_slots = std::min(p.n_spec_slots, p.n_slots);
       p.sizing += str_cat("; ", p.n_slots, " state slots fit, not max_num_seqs ", opts.max_num_seqs);
     }
   }
-  const int64_t slot_bytes = int64_t(p.n_slots + p.n_extra_slots) * slot;
+  const int64_t slot_bytes = int64_t(p.n_slots + p.n_extra_slots + p.n_spec_slots) * slot;
   if (bytes <= slot_bytes)
-    DIL_FAIL("kv_memory_bytes ", bytes, " cannot even hold the ", p.n_slots, " state slots and ", p.n_extra_slots,
-             " prefix-cache slots (", slot_bytes,
+    DIL_FAIL("kv_memory_bytes ", bytes, " cannot even hold the ", p.n_slots, " state slots, ", p.n_extra_slots,
+             " prefix-cache slots and ", p.n_spec_slots, " speculative-decoding slots (", slot_bytes,
              " bytes); lower max_num_seqs/kv_slots/prefix_cache_slots or raise the KV memory");
   p.n_blocks = (bytes - slot_bytes) / block;
   return p;

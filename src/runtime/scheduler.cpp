@@ -30,6 +30,7 @@ void Scheduler::preempt(Sequence* s) {
   running_.erase(s->id);
   s->num_computed = 0;
   s->snapshot_at.clear();
+  s->draft.clear();
   s->status = Sequence::Status::Waiting;
   ++s->preemptions;
   ++preemptions_;
@@ -54,6 +55,7 @@ void Scheduler::plan_snapshots(Sequence* s, const PrefixMatch& m) const {
 }
 
 bool Scheduler::admit(Sequence* s, int budget, Schedule* out) {
+  s->draft.clear();  // admissions compute known tokens only (a prefix hit may end anywhere)
   if (!kv_.add(s->id)) return false;
   PrefixMatch m;
   if (cache_) {
@@ -93,21 +95,35 @@ Schedule Scheduler::schedule() {
   size_t end = run.size();
   for (size_t i = 0; i < end && budget > 0; ++i) {
     Sequence* s = run[i];
-    const int n = chunk_tokens(s, budget);
+    int n = chunk_tokens(s, budget);
     DIL_CHECK(n > 0, "running sequence ", s->id, " has nothing to compute");
+    const bool reaches_end = s->num_computed + n == s->len();
+    if (!reaches_end || n >= budget) s->draft.clear();
+    if (int(s->draft.size()) > budget - n) s->draft.resize(size_t(budget - n));
+    int n_draft = int(s->draft.size());
+    n += n_draft;
     bool ok = false;
     for (;;) {
       if (kv_.reserve(s->id, s->num_computed + n, &out.copies)) {
         ok = true;
         break;
       }
+      if (n_draft > 0) {  // a draft never preempts anyone: drop it first
+        n -= n_draft;
+        n_draft = 0;
+        s->draft.clear();
+        continue;
+      }
       Sequence* victim = run[--end];
       preempt(victim);
       out.preempted.push_back(victim);
       if (victim == s) break;
     }
-    if (!ok) break;
-    out.chunks.push_back({s, s->num_computed, n, s->num_computed + n == s->len()});
+    if (!ok) {
+      s->draft.clear();
+      break;
+    }
+    out.chunks.push_back({s, s->num_computed, n, reaches_end, n_draft});
     budget -= n;
   }
 

@@ -11,6 +11,10 @@
 // and starts the sequence at the hit. A chunk never runs past one of the sequence's snapshot
 // positions (Sequence::snapshot_at), so after the step its state there can be recorded.
 //
+// Speculative decoding: a running sequence with a draft (Sequence::draft) whose known tokens
+// fit the budget gets them plus as much of its draft as the rest of the budget allows (drafts
+// count in max_num_batched_tokens and in the blocks reserved); otherwise its draft is dropped.
+//
 // When a running sequence cannot get the blocks for its chunk, the newest running sequence is
 // preempted by recomputation: all its blocks and its slot are freed, it goes back to the
 // waiting queue in arrival order and later recomputes prompt + generated tokens from position 0
@@ -33,6 +37,9 @@ struct ScheduledChunk {
   int start = 0;      // first position computed (== seq->num_computed)
   int n_tokens = 0;
   bool sample = false;  // the chunk reaches the end of the known tokens: sample the next one
+  // Speculative decoding: the chunk also scores seq->draft[0..n_draft) after the known tokens
+  // (n_tokens includes them); only a chunk that reaches the end of the known tokens drafts.
+  int n_draft = 0;
 };
 
 struct Schedule {

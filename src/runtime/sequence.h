@@ -35,6 +35,10 @@ struct Sequence {
   // its leader's prefill instead of queueing, then shares its blocks and a copy of its slot.
   Sequence* leader = nullptr;
   std::vector<Sequence*> followers;
+  // Speculative decoding (drafter.h): the drafter's proposal for the tokens after the last one,
+  // set before scheduling; the scheduler truncates it to the budget (it counts there) and the
+  // step verifies what it kept. Empty when not drafting.
+  std::vector<int32_t> draft;
 
   int len() const { return int(tokens.size()); }
   int num_generated() const { return len() - prompt_len; }

@@ -152,6 +152,19 @@ std::string Metrics::render(const EngineStats& e, const HttpGauges& h) const {
   prompt_len_.render(&o, "vllm:request_prompt_tokens", L);
   header(&o, "vllm:request_generation_tokens", "histogram", "Output length of finished requests.");
   gen_len_.render(&o, "vllm:request_generation_tokens", L);
+  // Speculative decoding (vLLM v1's SpecDecodingProm names): verify steps with a draft, draft
+  // tokens scored, draft tokens accepted; the mean acceptance length is 1 + accepted / drafts.
+  header(&o, "vllm:spec_decode_num_drafts_total", "counter", "Speculative decoding: verify steps that scored a draft.");
+  sample(&o, "vllm:spec_decode_num_drafts_total", L, double(e.spec_decode_num_drafts));
+  header(&o, "vllm:spec_decode_num_draft_tokens_total", "counter", "Speculative decoding: draft tokens scored.");
+  sample(&o, "vllm:spec_decode_num_draft_tokens_total", L, double(e.spec_decode_num_draft_tokens));
+  header(&o, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Speculative decoding: draft tokens accepted.");
+  sample(&o, "vllm:spec_decode_num_accepted_tokens_total", L, double(e.spec_decode_num_accepted_tokens));
+  header(&o, "dil:spec_decode_mean_acceptance_length", "gauge",
+         "Speculative decoding: tokens emitted per verify step, 1 + accepted / drafts (0 before any draft).");
+  sample(&o, "dil:spec_decode_mean_acceptance_length", L,
+         e.spec_decode_num_drafts ? 1.0 + double(e.spec_decode_num_accepted_tokens) / double(e.spec_decode_num_drafts)
+                                  : 0.0);
   header(&o, "dil:requests_in_flight", "gauge",
          "Generations holding server state (connection-side), incl. queued ones.");
   sample(&o, "dil:requests_in_flight", L, double(in_flight_));
