@@ -4,7 +4,7 @@
 // A step: drain commands -> schedule (token budget, preemption, prefix-cache hits) -> copies
 // (copy-on-write, snapshot restores) -> build the StepBatch -> [structured output: start the
 // token masks on the mask worker] -> Model::forward -> record snapshots, fork the followers of
-// prompts just computed (their copies) -> [wait for the masks] -> sample each logits row ->
+// prompts just computed (their copies) -> [wait for the masks] -> sample every row in one Backend::sample ->
 // commit (append, stop checks, free) -> push outputs to the streams -> publish stats.
 //
 // Fork: a request whose prompt equals that of a request in flight that has not produced a token
@@ -80,9 +80,12 @@ class EngineImpl final : public Engine {
   void handle(Command& c);
   std::string validate(const GenRequest& r) const;
   bool step();
-  // mask: the allowed tokens of a constrained row, computed during the forward; null for an
-  // unconstrained row, or for a forked follower, whose first mask is computed here.
-  void sample_and_commit(Sequence* s, std::span<const float> logits, std::vector<uint64_t>* mask);
+  // Adds s's row (sampling logits row `row`) to the step's sample batch. mask: the allowed
+  // tokens of a constrained row, computed during the forward; null for an unconstrained row, or
+  // for a forked follower, whose first mask is computed here. False when s ended instead (its
+  // grammar allows nothing).
+  bool prepare_sample(Sequence* s, int32_t row, std::vector<uint64_t>* mask, SampleBatch& batch);
+  void commit_sampled(Sequence* s, const SampleResult& r);
   void run_copies(const std::vector<CopyOp>& ops);
   // The allowed tokens of a constrained row: the constraint's mask plus EOS/stop tokens when
   // its output is complete. False when nothing is allowed (the sequence is then finished).
@@ -366,24 +369,32 @@ void EngineImpl::commit(Sequence* s, const SampleResult& r) {
   if (done) release(s);
 }
 
-void EngineImpl::sample_and_commit(Sequence* s, std::span<const float> lrow, std::vector<uint64_t>* mask) {
+bool EngineImpl::prepare_sample(Sequence* s, int32_t row, std::vector<uint64_t>* mask, SampleBatch& batch) {
   if (s->num_generated() == 0) {  // its prompt is done: where its state came from
     prompt_cached_ += std::max(s->cached_tokens, 0);
     prompt_computed_ += s->prompt_len - std::max(s->cached_tokens, 0);
   }
   std::vector<uint64_t> own;  // [ceil(vocab / 64)] a forked follower's first mask
   if (s->constraint && !mask) {
-    own.assign((lrow.size() + 63) / 64, 0);
+    own.assign((size_t(info_.vocab_size) + 63) / 64, 0);
     s->constraint->fill_mask(own, s->stop.max_tokens - s->num_generated() - 1);
     mask = &own;
   }
-  if (s->constraint && !finish_mask(s, *mask)) return;
+  if (s->constraint && !finish_mask(s, *mask)) return false;
   std::span<const int32_t> all(s->tokens);
   // A constrained row's mask already holds allowed_token_ids and the min_tokens ban.
   const std::vector<int32_t> banned = s->constraint ? std::vector<int32_t>{} : min_tokens_ban(*s);
   const std::span<const uint64_t> allowed = mask ? std::span<const uint64_t>(*mask) : std::span<const uint64_t>();
-  SampleResult r = sample_token(lrow, s->sampling, all.first(s->prompt_len), all.subspan(s->prompt_len), s->seed,
-                                s->len(), opts_.logprobs_mode, banned, allowed);
+  batch.add(row, s->sampling, all.first(s->prompt_len), all.subspan(s->prompt_len), s->seed, s->len(), banned,
+            allowed);
+  return true;
+}
+
+void EngineImpl::commit_sampled(Sequence* s, const SampleResult& r) {
+  if (r.token < 0) {
+    finish(s, FinishReason::Error, "no token can be sampled: every logit is NaN or -inf after the masks");
+    return;
+  }
   const auto& stops = s->stop.stop_token_ids;
   const bool ends = (!s->stop.ignore_eos && r.token == info_.eos_token_id) ||
                     std::find(stops.begin(), stops.end(), r.token) != stops.end();
@@ -459,12 +470,12 @@ bool EngineImpl::step() {
       }
       mask_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     });
-  std::vector<float> logits;  // [rows, vocab] f32
+  Tensor logits;  // [rows, vocab] f32 where the model's head wrote it (the device)
   std::vector<std::vector<Sequence*>> forked(sch.chunks.size());  // per chunk: followers forked from it
   std::string failure;
   try {
     run_copies(sch.copies);
-    model_->forward(batch, &logits);
+    logits = model_->forward_device(batch);
     // What the forward left behind: snapshots at the chunks' ends, forks of finished prompts.
     std::vector<CopyOp> post;
     for (const ScheduledChunk& c : sch.chunks) c.seq->num_computed += c.n_tokens;
@@ -505,16 +516,27 @@ bool EngineImpl::step() {
     return true;
   }
   ++steps_;
-  size_t row = 0;
+  // Every row of the step (and the forked followers of a prompt, from its leader's row) in one
+  // Backend::sample: only token ids and the requested logprobs come back from the device.
+  SampleBatch sb{int64_t(vocab)};
+  std::vector<Sequence*> sampled;  // sb's rows in order
+  const int64_t n_rows = logits.empty() ? 0 : logits.shape[0];
+  int32_t row = 0;
   for (size_t i = 0; i < sch.chunks.size(); ++i) {
     const ScheduledChunk& c = sch.chunks[i];
     if (!c.sample) continue;
-    DIL_CHECK((row + 1) * vocab <= logits.size(), "model returned ", logits.size(), " logits for row ", row);
-    std::span<const float> lrow(logits.data() + row * vocab, vocab);
+    DIL_CHECK(row < n_rows, "model returned ", n_rows, " logits rows, row ", row, " wanted");
+    if (prepare_sample(c.seq, row, c.seq->constraint ? &masks[i] : nullptr, sb)) sampled.push_back(c.seq);
+    for (Sequence* f : forked[i])
+      if (prepare_sample(f, row, nullptr, sb)) sampled.push_back(f);
     ++row;
-    sample_and_commit(c.seq, lrow, c.seq->constraint ? &masks[i] : nullptr);  // may destroy c.seq
-    for (Sequence* f : forked[i]) sample_and_commit(f, lrow, nullptr);
   }
+  if (sampled.empty()) return true;
+  const std::vector<SampleResult> res =
+      backend_ && logits.device == backend_->device()
+          ? sb.run(*backend_, logits, opts_.logprobs_mode)
+          : sb.run_host(std::span<const float>(logits.ptr<float>(), size_t(logits.numel())), opts_.logprobs_mode);
+  for (size_t k = 0; k < sampled.size(); ++k) commit_sampled(sampled[k], res[k]);  // may destroy sampled[k]
   return true;
 }
 
