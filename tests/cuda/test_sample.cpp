@@ -154,7 +154,7 @@ class SampleParity : public CudaParity {
         else EXPECT_LE(std::fabs(a.top[j].second - b.top[j].second), lp_tol(b.top[j].second));
       }
     }
-    std::printf("SAMPLE %s: %zu rows, %d tokens equal, %d logprobs, max |dlp| %.3g\n", what, rows.size(), tokens, lps,
+    std::printf("INFO   | sample parity %s: %zu rows, %d tokens equal, %d logprobs, max |dlp| %.3g\n", what, rows.size(), tokens, lps,
                 double(worst));
   }
 };
@@ -211,7 +211,7 @@ TEST_F(SampleParity, NonFiniteLogits) {
   for (int64_t t = 0; t < kV; t += 3) logits[size_t(t)] = nan;                 // row 0: a third NaN
   for (int64_t t : {17, 90000, 129279}) logits[size_t(kV + t)] = kInf;        // row 1: three +inf
   for (int64_t t = 0; t < kV; ++t) logits[size_t(2 * kV + t)] = t % 2 ? nan : -kInf;  // row 2: nothing
-  for (int64_t t = 0; t < kV; t += 2) logits[size_t(3 * kV + t)] = 1e38f;      // row 3: overflow at T < 1
+  for (int64_t t = 0; t < kV; t += 2) logits[size_t(3 * kV + t)] = 3e38f;      // row 3: overflow at T < 1
   std::vector<SampleRow> rows;
   for (int s = 0; s < 32; ++s) {
     SampleRow r;
@@ -257,13 +257,13 @@ TEST_F(SampleParity, BatchInvariantAndTimed) {
     const auto alone = run(*gpu, logits, R, one, e, m, 20, false);
     for (int64_t i = 0; i < w; ++i) EXPECT_EQ(alone.out[size_t(i)], all.out[size_t(int64_t(s) * w + i)]) << s;
   }
-  std::vector<SampleRow> greedy(size_t(R));
+  std::vector<SampleRow> greedy(static_cast<size_t>(R));
   for (int64_t s = 0; s < R; ++s) greedy[size_t(s)].src_row = int32_t(s), greedy[size_t(s)].temperature = 0;
   const auto g = run(*gpu, logits, R, greedy, {}, {}, 0, false, 20);
   std::vector<SampleRow> topp = greedy;
   for (SampleRow& r : topp) r.temperature = 0.8f, r.top_p = 0.95f, r.top_k = 0;
   const auto p = run(*gpu, logits, R, topp, {}, {}, 0, false, 20);
-  std::printf("SAMPLE_TIME V=%lld rows=%lld: mixed %.3f ms, greedy %.3f ms, top_p %.3f ms\n", (long long)kV,
+  std::printf("INFO   | sample time V=%lld rows=%lld: mixed %.3f ms, greedy %.3f ms, top_p %.3f ms\n", (long long)kV,
               (long long)R, all.ms, g.ms, p.ms);
 }
 
