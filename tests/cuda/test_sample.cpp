@@ -75,7 +75,8 @@ std::vector<SampleRow> make_rows(int64_t R, int S, uint32_t seed, std::vector<Sa
       for (int32_t t : toks) {
         SampleEdit e;
         e.token = t;
-        e.flags = SampleEdit::kSeen | (t % 3 == 0 ? SampleEdit::kBias : 0) | (t % 17 == 0 ? SampleEdit::kBanned : 0);
+        e.flags = SampleEdit::kSeen | (t % 3 == 0 ? uint32_t(SampleEdit::kBias) : 0u) |
+                  (t % 17 == 0 ? uint32_t(SampleEdit::kBanned) : 0u);
         e.bias = float(int(t % 11) - 5);
         e.out_count = int32_t(t % 4);
         edits->push_back(e);
@@ -154,8 +155,8 @@ class SampleParity : public CudaParity {
         else EXPECT_LE(std::fabs(a.top[j].second - b.top[j].second), lp_tol(b.top[j].second));
       }
     }
-    std::printf("INFO   | sample parity %s: %zu rows, %d tokens equal, %d logprobs, max |dlp| %.3g\n", what, rows.size(), tokens, lps,
-                double(worst));
+    std::printf("INFO   | sample parity %s: %zu rows, %d tokens equal, %d logprobs, max |dlp| %.3g\n", what,
+                rows.size(), tokens, lps, double(worst));
   }
 };
 
