@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/plan.h"
+#include "backend/sampling.h"
 #include "core/tensor.h"
 
 namespace dil {
@@ -274,6 +275,12 @@ class Backend {
                           Tensor out) {
     DIL_FAIL(name(), " backend: engram_mix (DeepSeek-V4.1 Engram) is not implemented yet");
   }
+
+  // The sampler (backend/sampling.h: its specification): one token (+ logprobs) per row of
+  // a.rows from a.logits, results in a.out. Only a.out needs to come back to the host. The
+  // default runs the specification on the host (download, sample_rows_reference, upload): right
+  // for the CPU backend, a synchronizing fallback for others; CUDA has its own kernels.
+  virtual void sample(const SampleArgs& a);
 
   // Reset the recurrent state of the given slots (compressor scores -inf, kv 0).
   virtual void reset_state(Tensor state_kv, Tensor state_score, const std::vector<int32_t>& slots) = 0;

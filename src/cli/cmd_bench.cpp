@@ -40,6 +40,7 @@
 #include "model/model.h"
 #include "model/replay.h"
 #include "model/v41_model.h"
+#include "runtime/sampler.h"
 
 namespace dil::cli {
 
@@ -77,21 +78,47 @@ struct BenchCeilingsOptions {
 };
 
 struct Run {
-  double step_ms = 0;
+  double step_ms = 0;    // forward + device sampling + the sampled ids back on the host
+  double host_ms = 0;    // host time inside forward_device (planning, uploads, launches)
+  double sample_ms = 0;  // host wall time of the sampling call (packing, upload, kernel, download)
   std::map<std::string, double> module_ms;
   std::map<std::string, double> layer_kind_ms;
 };
 
+// A step as the engine runs it: the forward with the logits left on the device, then every row
+// sampled there (temperature 0.8, top-p 0.95, seeded: a common chat setting) and only the ids
+// downloaded. The host time of the forward is the wall time until forward_device returns: the
+// kernels run asynchronously, so it is planning + launches, plus any wait on the device
+// inside the forward (a host synchronization shows up as host time close to the step time).
 Run time_steps(Model& model, Backend& be, const StepBatch& batch, int warmup, int iters) {
-  std::vector<float> logits;
-  for (int i = 0; i < warmup; ++i) model.forward(batch, &logits);
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.top_p = 0.95f;
+  auto step = [&](double* host, double* sample) {
+    const auto h0 = clock::now();
+    const Tensor lg = model.forward_device(batch);  // [rows, vocab] f32
+    const auto h1 = clock::now();
+    if (!lg.empty()) {
+      runtime::SampleBatch sb{lg.shape[1]};
+      for (int64_t r = 0; r < lg.shape[0]; ++r) sb.add(int32_t(r), sp, {}, {}, 1234 + uint64_t(r), 1 << 20);
+      sb.run(be, lg, LogprobsMode::Raw);  // downloads the ids: waits for the step
+    }
+    if (host) *host += ms(h1 - h0);
+    if (sample) *sample += ms(clock::now() - h1);
+  };
+  for (int i = 0; i < warmup; ++i) step(nullptr, nullptr);
   be.synchronize();
   // Plain step time first (no events inside the step), then one profiled step for the breakdown.
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) model.forward(batch, &logits);
-  be.synchronize();
   Run r;
-  r.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+  auto t0 = clock::now();
+  for (int i = 0; i < iters; ++i) step(&r.host_ms, &r.sample_ms);
+  be.synchronize();
+  r.step_ms = ms(clock::now() - t0) / iters;
+  r.host_ms /= iters;
+  r.sample_ms /= iters;
+  std::vector<float> logits;
   StepProfiler prof(be);
   model.set_profiler(&prof);
   model.forward(batch, &logits);
@@ -309,6 +336,9 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
                 full_flops / 1e12, full_flops_all / 1e12);
   }
   std::printf("measured step (subset, no profiling events): %.3f ms  -> %.1f tok/s\n", r.step_ms, tokens / (r.step_ms / 1e3));
+  std::printf("host per step: %.3f ms in the forward (planning + launches, until forward_device returns), "
+              "%.3f ms sampling on the device (pack + upload + kernel + ids back; waits for the step)\n",
+              r.host_ms, r.sample_ms);
   if (full_depth)
     std::printf("full depth measured (all %d layers): %.3f ms/step  -> %.1f tok/s/GPU  (floor %.3f ms)\n", cfg.n_layers,
                 r.step_ms, tokens / (r.step_ms / 1e3), full_floor);
@@ -319,7 +349,8 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
     std::printf("not extrapolated: the subset lacks a layer kind of the full model\n");
   json out = {{"bench", decode ? "decode" : "prefill"}, {"config", cfg_path}, {"device", be->name()}, {"ranks", run->size()},
               {"layers", opt.layers}, {"n_layers", cfg.n_layers}, {"seqs", n_seqs}, {"cached", cached},
-              {"new_tokens", new_tokens}, {"step_ms_subset", r.step_ms}, {"modules", jm},
+              {"new_tokens", new_tokens}, {"step_ms_subset", r.step_ms}, {"host_forward_ms", r.host_ms},
+              {"sample_ms", r.sample_ms}, {"modules", jm},
               {"layer_kind_ms", r.layer_kind_ms}, {"ceilings", ceil}, {"floor_ms_subset", subset_floor},
               {"floor_ms_full", full_floor}, {"extrapolated", extrapolable && !full_depth}, {"full_depth", full_depth},
               {"replay", replay}, {"rows_per_layer", rows_full}, {"flops_full", full_flops},

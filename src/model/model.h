@@ -90,6 +90,17 @@ class Model {
   // Runs one step. `logits` receives [rows, vocab] f32 on the host, rows in chunk order:
   // all tokens of an all_logits chunk, else the last token of a want_logits chunk.
   virtual void forward(const StepBatch& batch, std::vector<float>* logits) = 0;
+  // The same step with the logits left where the head wrote them: [rows, vocab] f32 in memory
+  // the model owns, valid until its next forward (the engine samples them there with
+  // Backend::sample, so only token ids and logprobs cross to the host). Empty when no row
+  // wants logits. The default (models without a device head: the runtime's test fakes) runs
+  // forward() and returns its host logits as a CPU tensor.
+  virtual Tensor forward_device(const StepBatch& batch) {
+    forward(batch, &host_logits_);
+    const int64_t v = config().vocab_size, rows = v ? int64_t(host_logits_.size()) / v : 0;
+    if (rows == 0) return {};
+    return Tensor(host_logits_.data(), DType::F32, {rows, v}, Device::CPU);
+  }
   // Runs the copies in order, after the work already issued and before the next forward, on the
   // device (no host synchronisation; host-side state such as the Engram look-back is copied on
   // the host, in the same order). A slot restored from a copy continues where its source was.
@@ -101,6 +112,16 @@ class Model {
 
  protected:
   StepProfiler* prof_ = nullptr;
+  // [rows, vocab] f32 on `be`: the head's output of forward_device, grown as needed.
+  Tensor device_logits(Backend& be, int64_t rows, int64_t vocab) {
+    const size_t bytes = size_t(rows * vocab) * 4;
+    if (logits_buf_.bytes() < bytes) logits_buf_ = be.alloc(bytes);
+    return Tensor(logits_buf_.data(), DType::F32, {rows, vocab}, be.device());
+  }
+
+ private:
+  std::vector<float> host_logits_;  // forward_device's default
+  Buffer logits_buf_;
 };
 
 // Loads config.json + safetensors from `dir`, validates every tensor, resolves the backend's

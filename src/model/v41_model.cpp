@@ -341,7 +341,17 @@ void V41Model::forward_idle(const ExpertParallel::Step& ep) {
   }
 }
 
-void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
+void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) { run_step(batch, logits, nullptr); }
+
+Tensor V41Model::forward_device(const StepBatch& batch) {
+  Tensor lg;
+  run_step(batch, nullptr, &lg);
+  return lg;
+}
+
+void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tensor* dev) {
+  std::vector<float> none;  // forward_device: no host logits
+  if (!logits) logits = &none;
   DIL_CHECK(cache_.n_slots > 0, "allocate_cache before forward");
   std::fill(layer_rows_.begin(), layer_rows_.end(), 0);
   Scratch step(be_);
@@ -507,7 +517,7 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   ProfileScope head_scope(prof_, "embed+head");
   const std::vector<int64_t> rows = logit_rows(batch, cm);  // rows of X after the last layer
   const int64_t R = int64_t(rows.size());
-  logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
+  if (!dev) logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
   if (R == 0) return;
   // No hc head: collapse with the last sublayer's pre, final norm, fp32 head.
   Tensor Xh = act(step, {R, n, D}), ph = step.f32({R, n});
@@ -516,11 +526,13 @@ void V41Model::forward(const StepBatch& batch, std::vector<float>* logits) {
     be_.copy(Xh.rows(i, i + 1), X.rows(r, r + 1));
     be_.copy(ph.rows(i, i + 1), pre_mix.rows(r, r + 1));
   }
-  Tensor h = act(step, {R, D}), hn = act(step, {R, D}), lg = step.f32({R, cfg_.vocab_size});
+  Tensor h = act(step, {R, D}), hn = act(step, {R, D});
+  Tensor lg = dev ? device_logits(be_, R, cfg_.vocab_size) : step.f32({R, cfg_.vocab_size});  // [R, V] f32
   be_.hc_collapse(Xh, ph, h);
   be_.rms_norm(h, norm_, cfg_.norm_eps, hn);
   be_.linear(hn, head_, 0, lg);
-  be_.download(logits->data(), lg);
+  if (dev) *dev = lg;
+  else be_.download(logits->data(), lg);
 }
 
 }  // namespace dil

@@ -31,6 +31,7 @@ class V41Model : public Model {
   CacheSpec cache_spec(int block_tokens) const override;
   void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;
   void forward(const StepBatch& batch, std::vector<float>* logits) override;
+  Tensor forward_device(const StepBatch& batch) override;
   void copy_cache(const std::vector<CacheCopy>& ops) override;  // model/cache_copy.cpp
   void randomize_cache(uint64_t seed) override;
   // Rows each backbone layer ran attention + MoE on in the last forward, [n_layers] (0: not
@@ -70,6 +71,8 @@ class V41Model : public Model {
   void write_source_rows(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s);
   Tensor moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, Scratch& s);
   MoeExpertsArgs experts_args(Layer& l) const;  // this rank's expert lists and MoE numerics
+  // forward / forward_device: logits downloaded into `host`, or left on the device in *dev.
+  void run_step(const StepBatch& batch, std::vector<float>* host, Tensor* dev);
   void forward_idle(const ExpertParallel::Step& ep);  // a rank with no tokens joins every MoE collective
   // Engram over the rows `rows` of the step `m` (X, out: [those rows, n, D]).
   void engram(Layer& l, const StepBatch& batch, const StepMeta& m, const RowSpans& rows, const Tensor& X,

@@ -230,7 +230,17 @@ Tensor V4Model::moe(Layer& l, const Tensor& x, const Tensor& ids, const ExpertPa
   return out;
 }
 
-void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
+void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) { run_step(batch, logits, nullptr); }
+
+Tensor V4Model::forward_device(const StepBatch& batch) {
+  Tensor lg;
+  run_step(batch, nullptr, &lg);
+  return lg;
+}
+
+void V4Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tensor* dev) {
+  std::vector<float> none;  // forward_device: no host logits
+  if (!logits) logits = &none;
   Scratch step(be_);
   ExpertParallel::Step ep;
   if (ep_.on()) {
@@ -278,16 +288,18 @@ void V4Model::forward(const StepBatch& batch, std::vector<float>* logits) {
   // Rows that need logits.
   const std::vector<int64_t> rows = logit_rows(batch, m);
   const int64_t R = int64_t(rows.size());
-  logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
+  if (!dev) logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
   if (R == 0) return;
   Tensor Xh = act(step, {R, n, D});
   for (int64_t i = 0; i < R; ++i) be_.copy(Xh.rows(i, i + 1), X.rows(rows[size_t(i)], rows[size_t(i)] + 1));
   Tensor pre = step.f32({R, n}), post = step.f32({R, n}), comb = step.f32({R, n, n});
   HcArgs ha{hc_head_.fn, hc_head_.base, hc_head_.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
-  Tensor hn = act(step, {R, D}), lg = step.f32({R, cfg_.vocab_size});
+  Tensor hn = act(step, {R, D});
+  Tensor lg = dev ? device_logits(be_, R, cfg_.vocab_size) : step.f32({R, cfg_.vocab_size});  // [R, V] f32
   be_.hc_pre(Xh, ha, Tensor(), norm_, pre, post, comb, hn);
   be_.linear(hn, head_, 0, lg);
-  be_.download(logits->data(), lg);
+  if (dev) *dev = lg;
+  else be_.download(logits->data(), lg);
 }
 
 }  // namespace dil

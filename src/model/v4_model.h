@@ -21,6 +21,7 @@ class V4Model : public Model {
   CacheSpec cache_spec(int block_tokens) const override;
   void allocate_cache(int n_blocks, int n_slots, int block_tokens) override;
   void forward(const StepBatch& batch, std::vector<float>* logits) override;
+  Tensor forward_device(const StepBatch& batch) override;
   void copy_cache(const std::vector<CacheCopy>& ops) override;  // model/cache_copy.cpp
   void randomize_cache(uint64_t seed) override;
 
@@ -49,6 +50,8 @@ class V4Model : public Model {
                 bool indexer, const StepMeta& m, Scratch& s);
   Tensor moe(Layer& l, const Tensor& x, const Tensor& ids, const ExpertParallel::Step& ep, Scratch& s);
   MoeExpertsArgs experts_args(Layer& l) const;  // this rank's expert lists and MoE numerics
+  // forward / forward_device: logits downloaded into `host`, or left on the device in *dev.
+  void run_step(const StepBatch& batch, std::vector<float>* host, Tensor* dev);
   void forward_idle(const ExpertParallel::Step& ep);  // a rank with no tokens joins every MoE collective
   // mHC pre of a sublayer and the norm after it (one fused op): xn = norm(collapse(X)).
   void hc_pre(const Tensor& X, const Hc& hc, const Tensor& norm_w, Tensor xn, Tensor post, Tensor comb, Scratch& s);

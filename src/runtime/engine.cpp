@@ -4,7 +4,7 @@
 // A step: drain commands -> schedule (token budget, preemption, prefix-cache hits) -> copies
 // (copy-on-write, snapshot restores) -> build the StepBatch -> [structured output: start the
 // token masks on the mask worker] -> Model::forward -> record snapshots, fork the followers of
-// prompts just computed (their copies) -> [wait for the masks] -> sample each logits row ->
+// prompts just computed (their copies) -> [wait for the masks] -> sample every row in one Backend::sample ->
 // commit (append, stop checks, free) -> push outputs to the streams -> publish stats.
 //
 // Fork: a request whose prompt equals that of a request in flight that has not produced a token
@@ -61,9 +61,15 @@ class EngineImpl final : public Engine {
   void handle(Command& c);
   std::string validate(const GenRequest& r) const;
   bool step();
-  // mask: the allowed tokens of a constrained row, computed during the forward; null for an
-  // unconstrained row, or for a forked follower, whose first mask is computed here.
-  void sample_and_commit(Sequence* s, std::span<const float> logits, std::vector<uint64_t>* mask);
+  // Adds s's row (sampling logits row `row`) to the step's sample batch. mask: the allowed
+  // tokens of a constrained row, computed during the forward; null for an unconstrained row, or
+  // for a forked follower, whose first mask is computed here. False when s ended instead (its
+  // grammar allows nothing).
+  bool prepare_sample(Sequence* s, int32_t row, std::vector<uint64_t>* mask, SampleBatch& batch);
+  void commit_sampled(Sequence* s, const SampleResult& r);
+  // A verify step's position (speculative decoding): one row sampled on the host from `lrow`
+  // [vocab] through the same specification the device runs (the draws are equal).
+  void sample_and_commit(Sequence* s, std::span<const float> lrow, std::vector<uint64_t>* mask);
   // Speculative decoding: drafts for the sequences that decode this step (Sequence::draft).
   void propose_drafts();
   // A drafting chunk's rows ([n_tokens, vocab] from `lrows`): samples position by position and
@@ -371,29 +377,43 @@ void EngineImpl::commit(Sequence* s, const SampleResult& r) {
   if (done) release(s);
 }
 
-void EngineImpl::sample_and_commit(Sequence* s, std::span<const float> lrow, std::vector<uint64_t>* mask) {
+bool EngineImpl::prepare_sample(Sequence* s, int32_t row, std::vector<uint64_t>* mask, SampleBatch& batch) {
   if (s->num_generated() == 0) {  // its prompt is done: where its state came from
     prompt_cached_ += std::max(s->cached_tokens, 0);
     prompt_computed_ += s->prompt_len - std::max(s->cached_tokens, 0);
   }
   std::vector<uint64_t> own;  // [ceil(vocab / 64)] a forked follower's first mask
   if (s->constraint && !mask) {
-    own.assign((lrow.size() + 63) / 64, 0);
+    own.assign((size_t(info_.vocab_size) + 63) / 64, 0);
     s->constraint->fill_mask(own, s->stop.max_tokens - s->num_generated() - 1);
     mask = &own;
   }
-  if (s->constraint && !finish_mask(s, *mask)) return;
+  if (s->constraint && !finish_mask(s, *mask)) return false;
   std::span<const int32_t> all(s->tokens);
   // A constrained row's mask already holds allowed_token_ids and the min_tokens ban.
   const std::vector<int32_t> banned = s->constraint ? std::vector<int32_t>{} : min_tokens_ban(*s);
   const std::span<const uint64_t> allowed = mask ? std::span<const uint64_t>(*mask) : std::span<const uint64_t>();
-  SampleResult r = sample_token(lrow, s->sampling, all.first(s->prompt_len), all.subspan(s->prompt_len), s->seed,
-                                s->len(), opts_.logprobs_mode, banned, allowed);
+  batch.add(row, s->sampling, all.first(s->prompt_len), all.subspan(s->prompt_len), s->seed, s->len(), banned,
+            allowed);
+  return true;
+}
+
+void EngineImpl::commit_sampled(Sequence* s, const SampleResult& r) {
+  if (r.token < 0) {
+    finish(s, FinishReason::Error, "no token can be sampled: every logit is NaN or -inf after the masks");
+    return;
+  }
   const auto& stops = s->stop.stop_token_ids;
   const bool ends = (!s->stop.ignore_eos && r.token == info_.eos_token_id) ||
                     std::find(stops.begin(), stops.end(), r.token) != stops.end();
   if (s->constraint && !ends) s->constraint->advance(r.token);
   commit(s, r);
+}
+
+void EngineImpl::sample_and_commit(Sequence* s, std::span<const float> lrow, std::vector<uint64_t>* mask) {
+  SampleBatch sb{int64_t(info_.vocab_size)};
+  if (!prepare_sample(s, 0, mask, sb)) return;  // ended (its grammar allows nothing)
+  commit_sampled(s, sb.run_host(lrow, opts_.logprobs_mode)[0]);
 }
 
 // Before min_tokens, what would stop the request (EOS unless ignored, stop ids) is masked, as
@@ -477,12 +497,12 @@ bool EngineImpl::step() {
       }
       mask_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     });
-  std::vector<float> logits;  // [rows, vocab] f32
+  Tensor logits;  // [rows, vocab] f32 where the model's head wrote it (the device)
   std::vector<std::vector<Sequence*>> forked(sch.chunks.size());  // per chunk: followers forked from it
   std::string failure;
   try {
     run_copies(sch.copies);
-    model_->forward(batch, &logits);
+    logits = model_->forward_device(batch);
     // What the forward left behind: snapshots at the chunks' ends, forks of finished prompts.
     std::vector<CopyOp> post;
     // Drafts count as computed only once verify() accepted them all.
@@ -524,20 +544,34 @@ bool EngineImpl::step() {
     return true;
   }
   ++steps_;
-  size_t row = 0;
+  // Every plain row of the step (and the forked followers of a prompt, from its leader's row) in
+  // one Backend::sample: only token ids and the requested logprobs come back from the device. A
+  // drafting chunk's rows come to the host and are verified position by position there.
+  SampleBatch sb{int64_t(vocab)};
+  std::vector<Sequence*> sampled;  // sb's rows in order
+  const int64_t n_rows = logits.empty() ? 0 : logits.shape[0];
+  int32_t row = 0;
   std::vector<CopyOp> restores;  // verify snapshots back into the slots of rejected drafts
   std::vector<Sequence*> restored;
+  std::vector<float> host_rows;  // [n_tokens, vocab] a drafting chunk's logits
   for (size_t i = 0; i < sch.chunks.size(); ++i) {
     const ScheduledChunk& c = sch.chunks[i];
     if (!c.sample) continue;
-    const size_t rows = c.n_draft > 0 ? size_t(c.n_tokens) : 1;
-    DIL_CHECK((row + rows) * vocab <= logits.size(), "model returned ", logits.size(), " logits for row ", row);
     if (c.n_draft > 0) {
+      const int32_t rows = c.n_tokens;
+      DIL_CHECK(row + rows <= n_rows, "model returned ", n_rows, " logits rows, rows ", row, "+", rows, " wanted");
+      std::span<const float> lrows;
+      if (logits.device == Device::CPU) {
+        lrows = std::span<const float>(logits.ptr<float>() + size_t(row) * vocab, size_t(rows) * vocab);
+      } else {
+        host_rows.resize(size_t(rows) * vocab);
+        backend_->download(host_rows.data(), logits.rows(row, row + rows));
+        lrows = host_rows;
+      }
+      row += rows;
       Sequence* s = c.seq;
       const int32_t slot = kv_->slot(s->id);
-      const int accepted = verify(s, c, std::span<const float>(logits.data() + row * vocab, rows * vocab),
-                                  s->constraint ? &masks[i] : nullptr);  // may destroy s
-      row += rows;
+      const int accepted = verify(s, c, lrows, s->constraint ? &masks[i] : nullptr);  // may destroy s
       if (accepted < 0) continue;
       if (accepted == c.n_draft) {
         s->num_computed += c.n_draft;
@@ -550,10 +584,11 @@ bool EngineImpl::step() {
       }
       continue;
     }
-    std::span<const float> lrow(logits.data() + row * vocab, vocab);
+    DIL_CHECK(row < n_rows, "model returned ", n_rows, " logits rows, row ", row, " wanted");
+    if (prepare_sample(c.seq, row, c.seq->constraint ? &masks[i] : nullptr, sb)) sampled.push_back(c.seq);
+    for (Sequence* f : forked[i])
+      if (prepare_sample(f, row, nullptr, sb)) sampled.push_back(f);
     ++row;
-    sample_and_commit(c.seq, lrow, c.seq->constraint ? &masks[i] : nullptr);  // may destroy c.seq
-    for (Sequence* f : forked[i]) sample_and_commit(f, lrow, nullptr);
   }
   if (!restores.empty()) {
     try {
@@ -563,6 +598,12 @@ bool EngineImpl::step() {
       for (Sequence* s : restored) finish(s, FinishReason::Error, str_cat("speculative restore failed: ", e.what()));
     }
   }
+  if (sampled.empty()) return true;
+  const std::vector<SampleResult> res =
+      backend_ && logits.device == backend_->device()
+          ? sb.run(*backend_, logits, opts_.logprobs_mode)
+          : sb.run_host(std::span<const float>(logits.ptr<float>(), size_t(logits.numel())), opts_.logprobs_mode);
+  for (size_t k = 0; k < sampled.size(); ++k) commit_sampled(sampled[k], res[k]);  // may destroy sampled[k]
   return true;
 }
 

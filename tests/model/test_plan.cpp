@@ -60,8 +60,15 @@ TEST(KernelPlan, V4FlashOnCudaPerMode) {
   // Projections: FP8 128x128 with act 128 on cuBLASLt once activations are quantized; reference
   // numerics quantize nothing, so the exact SIMT kernel runs them.
   EXPECT_EQ(impls(off, "linear", "CSA attn.wq_a"), V{"cublaslt_fp8"});
-  // Fast numerics: the decode GEMV up to 8 rows first (KernelImpl::max_rows).
+  // Fast numerics: the decode GEMV first (KernelImpl::max_rows), for one row where cuBLASLt
+  // takes the weight (FP8 128x128 with act 128, BF16: faster from 2 rows on).
   EXPECT_EQ(impls(fast, "linear", "CSA attn.wq_a"), (V{"gemv", "cublaslt_fp8"}));
+  for (const PlanEntry& e : fast.entries())
+    if (e.site.op == "linear" && (e.site.where.find("attn.wq_a") != std::string::npos ||
+                                  e.site.where.find("head") != std::string::npos)) {
+      EXPECT_EQ(e.for_rows(1).name, "gemv") << e.site.where;
+      EXPECT_NE(e.for_rows(2).name, "gemv") << e.site.where;
+    }
   EXPECT_EQ(impls(ref, "linear", "CSA attn.wq_a"), V{"simt"});
   // wo_a (FP8, no activation quant): the exact kernel below 64 rows, BF16 tensor cores above.
   EXPECT_EQ(impls(off, "grouped_linear", "attn.wo_a"), (V{"simt", "dequant_bf16_lt_split"}));
@@ -206,7 +213,7 @@ TEST(KernelPlan, FewRowsRegimeComesFirst) {
   BackendOptions o;
   o.force["linear"] = "gemv";
   const std::string msg = error_of([&] { plan_of(kV4, BackendKind::CUDA, Numerics::Fast, o); });
-  EXPECT_NE(msg.find("rows <= 8"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rows <= 1"), std::string::npos) << msg;  // V4: cuBLASLt formats, the 1-row GEMV
 }
 
 TEST(KernelPlan, BackendRefusesAnUnplannedSite) {

@@ -200,6 +200,7 @@ class CudaBackend final : public Backend {
                   Tensor out) override {
     cuda::engram_mix(c_, X, kv, qk, mask, eps, out);
   }
+  void sample(const SampleArgs& a) override { cuda::sample(c_, a); }
   void reset_state(Tensor state_kv, Tensor state_score, const std::vector<int32_t>& slots) override {
     cuda::reset_state(c_, state_kv, state_score, slots);
   }

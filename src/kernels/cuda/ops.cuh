@@ -117,6 +117,9 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::st
 void moe_route(Ctx& c, const MoeRouteArgs& a);
 void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl);
 
+// sample.cu: Backend::sample (backend/sampling.h), one CTA per sampled row.
+void sample(Ctx& c, const SampleArgs& a);
+
 // engram.cu (V4.1)
 void engram_mix(Ctx& c, const Tensor& X, const Tensor& kv, const Tensor& qk, const Tensor& mask, float eps,
                 Tensor out);

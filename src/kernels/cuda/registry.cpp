@@ -9,6 +9,8 @@
 // kMaxD, mhc.cu kMaxMix, mhc_fast.cu kN/kKc/kMaxGroups, gemv_fast.cuh kGvMaxRows/kGvMaxK): change both together.
 #include "kernels/cuda/registry.h"
 
+#include <algorithm>
+
 #include "backend/backend.h"
 
 namespace dil {
@@ -27,17 +29,36 @@ Reqs any_site(const OpSite& s) { return {act_f32_or_bf16(s)}; }
 
 // ---- linear ----
 constexpr int64_t kGvMaxRows = 8, kGvMaxK = 8192;  // gemv_fast.cuh
-Reqs gemv(const OpSite& s) {
-  return {need(s.numerics == Numerics::Fast, "fast numerics (bf16 activations, f32 accumulation)"),
-          need(s.act == DType::BF16, "bf16 activations"),
-          need(s.wkind == kBF16 || s.wkind == kFP4 || (s.wkind == kFP8 && s.block_in % 16 == 0),
-               "a BF16, FP4 or FP8 weight (FP8 K blocks multiples of 16)"),
-          need(s.k % 32 == 0 && s.k <= kGvMaxK, "K a multiple of 32, at most 8192"), act_f32_or_bf16(s)};
-}
 Reqs lt_fp8(const OpSite& s) {
   return {need(s.wkind == kFP8 && s.block_out == 128 && s.block_in == 128, "an FP8 weight with 128x128 blocks"),
           need(s.act_block == 128, "activations FP8-quantized per 128 (act_block 128)"),
           need(s.n % 128 == 0 && s.k % 128 == 0, "N and K multiples of 128"), act_f32_or_bf16(s)};
+}
+Reqs lt_bf16(const OpSite& s);
+bool all_met(const Reqs& r) {
+  return std::all_of(r.begin(), r.end(), [](const std::string& x) { return x.empty(); });
+}
+// The decode GEMV's row limit depends on what runs after it: where cuBLASLt takes the weight
+// (FP8 128x128 with act 128, BF16), cuBLASLt is faster from 2 rows on (measured on the H200,
+// up to 2x at 2..8 rows), so the GEMV keeps 1 row; for FP8-32 (V4.1) and FP4 the alternative
+// is the SIMT kernel below 64 rows, and the GEMV keeps up to kGvMaxRows.
+bool lt_takes(const OpSite& s) { return all_met(lt_fp8(s)) || all_met(lt_bf16(s)); }
+Reqs gemv_common(const OpSite& s) {
+  return {need(s.numerics == Numerics::Fast, "fast numerics (bf16 activations, f32 accumulation)"),
+          need(s.act == DType::BF16, "bf16 activations"),
+          need(s.k % 32 == 0 && s.k <= kGvMaxK, "K a multiple of 32, at most 8192"), act_f32_or_bf16(s)};
+}
+Reqs gemv(const OpSite& s) {  // up to kGvMaxRows rows
+  Reqs r = gemv_common(s);
+  r.push_back(need(s.wkind == kBF16 || s.wkind == kFP4 || (s.wkind == kFP8 && s.block_in % 16 == 0),
+                   "a BF16, FP4 or FP8 weight (FP8 K blocks multiples of 16)"));
+  r.push_back(need(!lt_takes(s), "a weight cuBLASLt cannot take (FP8-32, FP4, odd shapes)"));
+  return r;
+}
+Reqs gemv_one(const OpSite& s) {  // one row
+  Reqs r = gemv_common(s);
+  r.push_back(need(lt_takes(s), "a weight cuBLASLt takes from 2 rows (FP8 128x128 with act 128, BF16)"));
+  return r;
 }
 Reqs dequant_lt(const OpSite& s) {
   return {need(s.wkind == kFP8, "an FP8 weight"),
@@ -192,6 +213,8 @@ std::vector<KernelImpl> build() {
        "flight), bf16 activations (QDQ'd first where quantized) staged in shared memory, FP8 / FP4 decoded by "
        "cvt.e4m3x2, f32 accumulation per 16-byte chunk, block scale, warp-shuffle and K-slice reduction", gemv, 0,
        gemv_bound, "tests/cuda/test_gemv.cpp", kGvMaxRows},
+      {"linear", "gemv", "the same GEMV for one row where cuBLASLt runs the site from 2 rows on", gemv_one, 0,
+       gemv_bound, "tests/cuda/test_gemv.cpp", 1},
       {"linear", "cublaslt_fp8", "activations (f32 or bf16) quantized to e4m3 per 128 by our kernel, cuBLASLt "
        "block-scaled FP8 GEMM (weights BLK128x128_32F, activations VEC128_32F), f32 accumulation, D written by "
        "cuBLASLt in the output's dtype", lt_fp8, 0,
