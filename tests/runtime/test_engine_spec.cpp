@@ -248,6 +248,11 @@ TEST(SpecDecode, NgramOnRepetitivePrompts) {
   for (auto [fixture, numerics] : {std::pair{"v4-tiny", "reference"}, std::pair{"v41-tiny", "official"}}) {
     SCOPED_TRACE(fixture);
     EngineOptions o = options(fixture);
+    // On the GPU only reference numerics are row-count invariant (see options()), and the
+    // outputs differ from the CPU's in the last bits, so whether they cycle (and the lookup
+    // drafts) is not this test's design there: identity only, reference numerics only.
+    const bool cpu = o.device == "cpu";
+    if (!cpu && std::string(numerics) != "reference") continue;
     o.numerics = numerics;
     const auto want = run_together(*make_engine(o), reqs);
     o.speculative = "ngram";
@@ -255,7 +260,7 @@ TEST(SpecDecode, NgramOnRepetitivePrompts) {
     auto e = make_engine(o);
     expect_same(run_together(*e, reqs), want);
     print_stats(fixture, e->stats());
-    EXPECT_GT(e->stats().spec_decode_num_drafts, 0);
+    if (cpu) EXPECT_GT(e->stats().spec_decode_num_drafts, 0);
   }
 }
 
