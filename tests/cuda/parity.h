@@ -5,10 +5,13 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -143,6 +146,23 @@ class CudaParity : public ::testing::Test {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     cpu = make_backend(BackendKind::CPU);
     gpu = make_backend(BackendKind::CUDA, 0, test_options());
+  }
+
+  // Median wall-clock milliseconds of fn over `reps` runs after 2 warm-ups, waiting for `be`:
+  // the backend whose stream fn's ops run on (a backend made with forced kernels has its own).
+  static double median_wall_ms(Backend& be, const std::function<void()>& fn, int reps = 10) {
+    fn();
+    fn();
+    be.synchronize();
+    std::vector<double> ms;
+    for (int i = 0; i < reps; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      fn();
+      be.synchronize();
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
   }
 
   // Device copy of host data (kept alive by the fixture).

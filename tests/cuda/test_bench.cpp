@@ -13,21 +13,7 @@ namespace {
 
 class CudaBench : public CudaParity {
  protected:
-  // Median milliseconds of fn over `reps` runs (after 2 warm-ups).
-  double time_ms(const std::function<void()>& fn, int reps = 10) {
-    fn();
-    fn();
-    gpu->synchronize();
-    std::vector<double> ms;
-    for (int i = 0; i < reps; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      fn();
-      gpu->synchronize();
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  }
+  double time_ms(const std::function<void()>& fn, int reps = 10) { return median_wall_ms(*gpu, fn, reps); }
   void report(const std::string& op, const std::string& shape, double ms, double flops, double bytes) {
     std::printf("BENCH | %-26s | %-34s | %9.3f ms | %8.2f TFLOP/s | %8.1f GB/s\n", op.c_str(), shape.c_str(), ms,
                 flops / ms * 1e-9, bytes / ms * 1e-6);

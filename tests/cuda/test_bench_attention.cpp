@@ -16,21 +16,6 @@ namespace {
 
 class CudaAttnBench : public CudaParity {
  protected:
-  double time_ms(const std::function<void()>& fn, int reps) {
-    fn();
-    fn();
-    gpu->synchronize();
-    std::vector<double> ms;
-    for (int i = 0; i < reps; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      fn();
-      gpu->synchronize();
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  }
-
   struct Shape {
     const char* what;
     std::vector<SeqSpec> seqs;  // blocks filled in
@@ -84,7 +69,9 @@ class CudaAttnBench : public CudaParity {
       o.force["sparse_attention"] = impl;
       auto be = make_backend(BackendKind::CUDA, 0, o);
       be->set_numerics(Numerics::Fast);
-      const double ms = time_ms([&] { be->sparse_attention(a, m); }, T >= 1024 ? 10 : 50);
+      gpu->synchronize();  // the inputs, uploaded on the fixture's stream
+      // Timed on be's own stream: waiting for the fixture's backend instead timed the launches only.
+      const double ms = median_wall_ms(*be, [&] { be->sparse_attention(a, m); }, T >= 1024 ? 10 : 50);
       if (!base_ms) base_ms = ms;
       std::printf("BENCH | sparse_attention %-10s | %-40s | %9.3f ms | %8.2f TFLOP/s | %.2fx mma_bf16\n", impl,
                   sh.what, ms, flops / ms * 1e-9, base_ms / ms);
