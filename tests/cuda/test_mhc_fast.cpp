@@ -7,11 +7,21 @@
 // GB/s against the measured copy bandwidth.
 //
 // Derivation (u = 2^-24, every bound per token t and element; "ref" = the CPU's value):
-// - Dots. The kernel sums each mix over at most d = nD/8 + 8 + ceil(S/32) + 5 f32 FMA steps
-//   (a lane's 8 columns of every tile of its slice, the 8 warps, the S slices over lanes, the
-//   5-level shuffle tree; S <= nD/64), so |dot' - dot| <= g sum_k |fn_k x_k| with g = d u /
-//   (1 - d u) (products exact inside FMA; the CPU's double sum is exact to ~2^-53 relative). The
-//   sum of squares likewise: |ss' - ss| <= g ss.
+// - Dots. fn = hi + mid + lo exactly in bf16 pieces (mhc_fast.cu), so every product the tensor
+//   cores form is exact; |hi| + |mid| + |lo| <= |fn| (1 + 2^-8 + 2^-16) < 1.01 |fn|. Tensor-core
+//   accumulation model (Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor
+//   cores", PeerJ CS 2021, measured on V100/T4/A100; assumed for Hopper's mma.sync bf16 with f32
+//   accumulate, and checked here by the measured worst fraction of the bound): one m16n8k16 step
+//   adds its 16 exact products and the accumulator aligned to the largest exponent, truncating
+//   below 2^(e_max - 23), and truncates the result: error < 18 * 2^-23 * (|c| + sum |p|) = 36 u
+//   (|c| + sum |p|). A chunk of 64 columns chains 12 steps (2 halves x 2 k-steps x 3 pieces) from
+//   zero, each |c| bounded by the chunk's sum |p|: <= 12 * 36 * 1.01 u < 440 u of the chunk's
+//   sum_k |fn_k x_k|. The chunk sums then go through f32 adds: nD/64 chunks of a slice, the S
+//   slices over lanes (ceil(S/32)), the 5-level shuffle tree (S <= nD/64). So |dot' - dot| <= g
+//   sum_k |fn_k x_k| with d = 440 + nD/64 + ceil(S/32) + 5 and g = d u / (1 - d u) (the CPU's
+//   double sum is exact to ~2^-53 relative). The sum of squares: per chunk 16 f32 FMA steps per
+//   thread, 2 quad shuffles, then the same adds: depth 18 + nD/64 + ceil(S/32) + 5 < d, so
+//   |ss' - ss| <= g ss.
 // - rho = f32(1/sqrt(ss/nD + eps)): relative change <= g/2 from ss, plus each side's rounding
 //   of rho (u each): |rho' - rho| <= rho (g/2 + 2u).
 // - mix = f32(dot) * rho (f32 product; the CPU rounds its dot to f32 first):
@@ -156,7 +166,7 @@ class CudaMhcFast : public CudaParity {
 
     // Bounds (the derivation at the top).
     const int64_t S_max = nD / 64;
-    const double d = double(nD / 8 + 8 + (S_max + 31) / 32 + 5), g = d * kU / (1 - d * kU);
+    const double d = double(440 + nD / 64 + (S_max + 31) / 32 + 5), g = d * kU / (1 - d * kU);
     const double d2 = double(8 * ((D + 2047) / 2048) + 10), g2 = d2 * kU / (1 - d2 * kU);
     std::vector<double> b_pre(size_t(T * n)), b_post(size_t(T * n)), b_comb(size_t(T * n * n)), b_xn(size_t(T * D));
     const double sink_arith = 2.0 * (in.iters + 1) * 8 * kU;

@@ -50,4 +50,55 @@ __device__ inline void hc_token_scalars(const float* mix, const float* base, con
     for (int k = 0; k < n; ++k) comb[j * n + k] = C[j][k];
 }
 
+// hc_token_scalars for n = 4 on the lanes of a warp (the fast pre's hc_scalars_kernel): every
+// lane holds the same mix [m] (m = 4: the head, pre only; m = 24); lanes 0..3 write pre, 4..7
+// post, lanes (j, k) = (e / 4, e % 4), e = lane % 16, run the Sinkhorn entry C[j][k]. Row and
+// column sums gather the four values by shuffles and add them in hc_token_scalars' order, so
+// every value is the sequential function's bit for bit; the serial chain is one entry's instead
+// of sixteen (one lane's Sinkhorn was 70 us of a 64-token hc_pre). All 32 lanes must call it.
+template <int M>
+__device__ inline void hc_token_scalars_warp4(const float (&mix)[M], const float* base, const float* scale,
+                                              int iters, float eps, float* pre, float* post, float* comb) {
+  constexpr int n = 4;
+  static_assert(M == n || M == n * (2 + n), "hc_token_scalars_warp4: head or sublayer mixes");
+  const int lane = threadIdx.x & 31;
+  auto pick = [&](int idx) {  // mix[idx] without a local-memory array
+    float r = 0.f;
+#pragma unroll
+    for (int i = 0; i < M; ++i) r = i == idx ? mix[i] : r;
+    return r;
+  };
+  if (lane < n) pre[lane] = d_sigmoid(pick(lane) * scale[0] + base[lane]) + eps;
+  if (M == n) return;
+  if (lane >= n && lane < 2 * n) post[lane - n] = 2.0f * d_sigmoid(pick(lane) * scale[1] + base[lane]);
+  const int e = lane & 15, j = e >> 2;
+  const unsigned full = 0xffffffffu;
+  auto row_sum = [&](float v) {  // sum over k of C[j][k], k ascending from 0
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < n; ++k) s += __shfl_sync(full, v, (lane & 16) | (j * n + k));
+    return s;
+  };
+  auto col_sum = [&](float v) {  // sum over j of C[j][k], j ascending from 0
+    float s = 0.f;
+#pragma unroll
+    for (int jj = 0; jj < n; ++jj) s += __shfl_sync(full, v, (lane & 16) | (jj * n + (e & 3)));
+    return s;
+  };
+  float c = pick(2 * n + e) * scale[2] + base[2 * n + e];
+  float mx = __shfl_sync(full, c, (lane & 16) | (j * n));
+#pragma unroll
+  for (int k = 1; k < n; ++k) {
+    const float o = __shfl_sync(full, c, (lane & 16) | (j * n + k));
+    mx = o > mx ? o : mx;
+  }
+  c = float(exp(double(c - mx)));
+  c = c / row_sum(c) + eps;
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0) c = c / (row_sum(c) + eps);
+    c = c / (col_sum(c) + eps);
+  }
+  if (lane < n * n) comb[e] = c;
+}
+
 }  // namespace dil::cuda

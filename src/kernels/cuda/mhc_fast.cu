@@ -3,29 +3,36 @@
 //
 // hc_pre "fused_fast" (bf16 streams X [T, 4, D], bf16 xn, fn with 24 rows or 4 for the head;
 // hc_mix "fast_f32" is its steps 1 and 2):
-//   1. hc_dots: the mixes X . fn^T and the sum of squares of X in f32 FMA, split over K: CTA
-//      per (64 tokens, K slice), X and fn tiles in shared memory, lanes along tokens (fn read
-//      as broadcasts), warps along columns; partial sums [S, T, m + 1] (last: sum of squares).
+//   1. hc_dots: the mixes X . fn^T on tensor cores, split over K: CTA per (128 tokens, K
+//      slice), fn split into three exact bf16 pieces in shared memory, X rows read once from
+//      global memory into mma.sync fragments, the sums promoted to f32 every 64 columns; the sum
+//      of squares of X on CUDA cores from the same registers; partial sums [S, T, m + 1] (last:
+//      sum of squares). 24 dots of 16,384 per token are 12 FMA per byte of X, more than the
+//      H200's CUDA cores give per byte of HBM (~8): only tensor cores keep this pass memory-bound.
 //   2. hc_scalars: warp per token, partials summed (lanes over slices, then a shuffle tree),
-//      rho, sigmoids and Sinkhorn on lane 0 in the reference's f32 order (mhc.cuh).
+//      rho, sigmoids and Sinkhorn in the reference's f32 order, a Sinkhorn entry per lane
+//      (mhc.cuh hc_token_scalars_warp4).
 //   3. hc_collapse_norm: CTA per token, X read once more with 16-byte loads, the collapse in
 //      f32 rounded to bf16 (the official hc_pre's y.to(bf16)), the RMSNorm of that row
 //      (sum of squares in f32), xn written in bf16.
 // Bytes: X twice (2 x 8 D bytes per token), xn once; fn (1.5 MB at V4-Flash) from L2 per
-// 64-token tile. Tolerance (registry.cpp, derived in tests/cuda/test_mhc_fast.cpp): the f32
-// accumulation of the dots, carried through the sigmoids, Sinkhorn and the bf16 roundings.
+// 128-token tile. Tolerance (registry.cpp, derived in tests/cuda/test_mhc_fast.cpp): the
+// accumulation of the dots (tensor cores within a chunk, f32 across), carried through the
+// sigmoids, Sinkhorn and the bf16 roundings.
 // hc_post "vec_f32" (bf16 F, X, out, n = 4): thread per (token, 8 columns), f32 FMA, 16-byte
 // loads and stores.
 #include "kernels/cuda/mhc.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace dil::cuda {
 namespace {
 
 constexpr int kN = 4;          // streams the fast kernels are written for (V4 / V4.1 hc_mult)
-constexpr int kTok = 64;       // tokens per hc_dots CTA: lanes own tokens lane and lane + 32
-constexpr int kKc = 64;        // columns per tile: warp w owns columns 8w .. 8w + 7
-constexpr int kXs = kTok + 1;  // padded row of the transposed X tile (conflict-free stores)
+constexpr int kTcTok = 128;    // tokens per hc_dots CTA: 4 warps x two m16 tiles
+constexpr int kTcK = 64;       // columns per chunk: one promotion of the tensor-core sums
+constexpr int kTcStride = 96;  // bf16 per shared row of fn pieces: 192 B, conflict-free 16-byte reads
+constexpr int kKc = 64;        // the fast kernels' column granularity (D % kKc == 0)
 constexpr int kMaxGroups = 4;  // 8-column groups per thread in hc_collapse_norm: D <= 8192
 
 __device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
@@ -35,102 +42,148 @@ __device__ __forceinline__ float bf16_at(const uint4& v, int e) {
   const uint32_t w = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
   return (e & 1) ? hi_bf16(w) : lo_bf16(w);
 }
-__device__ __forceinline__ uint32_t bf16_bits(float v) { return __float_as_uint(d_round_bf16(v)) >> 16; }
+__device__ __forceinline__ uint32_t pair_bf16(float a, float b) {
+  return uint32_t(bf16_bits(a)) | (uint32_t(bf16_bits(b)) << 16);
+}
 __device__ __forceinline__ uint4 pack_bf16(const float* v) {  // v[8], each already exact in bf16 or rounded here
-  uint4 r;
-  r.x = bf16_bits(v[0]) | (bf16_bits(v[1]) << 16);
-  r.y = bf16_bits(v[2]) | (bf16_bits(v[3]) << 16);
-  r.z = bf16_bits(v[4]) | (bf16_bits(v[5]) << 16);
-  r.w = bf16_bits(v[6]) | (bf16_bits(v[7]) << 16);
-  return r;
+  return make_uint4(pair_bf16(v[0], v[1]), pair_bf16(v[2], v[3]), pair_bf16(v[4], v[5]), pair_bf16(v[6], v[7]));
 }
 
-template <int M>
-constexpr int dots_smem_floats() {
-  return kKc * kXs + M * kKc > 8 * (M + 1) * 32 ? kKc * kXs + M * kKc : 8 * (M + 1) * 32;
+// The three bf16 pieces of an f32 weight: f = hi + mid + lo exactly (hi and mid RNE to 8
+// significant bits, each residual exact in f32; what is left after mid has at most 8 bits, so lo
+// holds it exactly; no underflow at mHC weight magnitudes, bf16 having f32's exponent range).
+// Products of a bf16 x with each piece are exact in f32, so the tensor cores see f's full value.
+__device__ __forceinline__ void split3_bf16(float f, uint16_t& hi, uint16_t& mid, uint16_t& lo) {
+  const float h = d_round_bf16(f), r = f - h, m = d_round_bf16(r);
+  hi = bf16_bits(h), mid = bf16_bits(m), lo = bf16_bits(r - m);
 }
+__device__ __forceinline__ uint32_t word_at(const uint4& v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
 
 // part[s, t, r] = sum over columns k of slice s of fn[r, k] X[t, k] (r < M), part[s, t, M] =
-// sum of X[t, k]^2. X [T, nd] bf16, fn [M, nd] f32; nd and ks multiples of kKc. Per (token,
-// r) a lane accumulates its warp's 8 columns of every tile serially (fmaf), then the 8 warps
-// are summed in order: deterministic, independent of the other tokens of the step.
+// sum of X[t, k]^2. X [T, nd] bf16, fn [M, nd] f32; nd and ks multiples of kTcK.
+// CTA = 4 warps x 32 tokens (two m16 tiles each); per chunk of kTcK columns the CTA splits fn's
+// chunk into bf16 hi / mid / lo rows in shared memory, each warp loads its X rows straight from
+// global memory as 16-byte segments and runs mma.sync m16n8k16 for the three pieces (the column
+// order inside a segment is permuted identically for A and B: a dot product does not care), into
+// a chunk accumulator that is added to the f32 total once per chunk (DeepGEMM's promotion, here
+// against the tensor cores' truncating accumulation; test_mhc_fast.cpp derives the bound). The
+// sum of squares runs on CUDA cores from the same registers, per chunk then into the total.
+// Deterministic and independent of the other tokens of the step.
 template <int M>
-__global__ void __launch_bounds__(256) hc_dots_kernel(const bf16_t* X, const float* fn, int64_t T, int64_t nd,
+__global__ void __launch_bounds__(128) hc_dots_kernel(const bf16_t* X, const float* fn, int64_t T, int64_t nd,
                                                       int64_t ks, float* part) {
-  __shared__ __align__(16) float sm[dots_smem_floats<M>()];
-  float* xs = sm;               // [kKc][kXs] X tile, transposed, f32
-  float* fs = sm + kKc * kXs;   // [M][kKc] fn tile (16-byte aligned: kKc * kXs * 4 % 16 == 0)
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t t0 = int64_t(blockIdx.x) * kTok;
+  constexpr int NT = (M + 7) / 8, R = NT * 8;  // n tiles of 8 mixes; rows M..R-1 are zeros
+  __shared__ __align__(16) uint16_t fs[3][R][kTcStride];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int64_t t0 = int64_t(blockIdx.x) * kTcTok + warp * 32;
   const int64_t k_begin = int64_t(blockIdx.y) * ks, k_end = min(nd, k_begin + ks);
-  float a0[M], a1[M];
+  for (int p = M * kTcStride + tid; p < R * kTcStride; p += 128)
+    for (int s = 0; s < 3; ++s) (&fs[s][0][0])[p] = 0;
+  // This thread's four X rows: i = 2 mt + hh is row t0 + 16 mt + 8 hh + g; 8 columns from 8 q.
+  const bf16_t* xr[4];
+  bool ok[4];
 #pragma unroll
-  for (int r = 0; r < M; ++r) a0[r] = a1[r] = 0.f;
-  float s0 = 0.f, s1 = 0.f;
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kKc) {
-    // X tile: 64 rows x 64 columns bf16, two passes of 256 x 16 bytes; rows past T are zeros.
+  for (int i = 0; i < 4; ++i) {
+    const int64_t t = t0 + 16 * (i >> 1) + 8 * (i & 1) + g;
+    ok[i] = t < T;
+    xr[i] = X + (ok[i] ? t : 0) * nd + 8 * q;
+  }
+  float acc[2][NT][4], ss[4];
 #pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const int row = p * 32 + (tid >> 3), seg = (tid & 7) * 8;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (t0 + row < T) v = *reinterpret_cast<const uint4*>(X + (t0 + row) * nd + k0 + seg);
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) xs[(seg + e) * kXs + row] = bf16_at(v, e);
-    }
-    for (int q = tid; q < M * (kKc / 4); q += 256) {
-      const int r = q / (kKc / 4), c4 = q % (kKc / 4);
-      *reinterpret_cast<float4*>(fs + r * kKc + c4 * 4) =
-          *reinterpret_cast<const float4*>(fn + int64_t(r) * nd + k0 + c4 * 4);
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) ss[i] = 0.f;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kTcK) {
+    uint4 xv[4][2];  // [row][half]: columns k0 + 32 h + 8 q .. + 7
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        xv[i][h] = ok[i] ? *reinterpret_cast<const uint4*>(xr[i] + k0 + 32 * h) : make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();  // the previous chunk's pieces are read
+    for (int p = tid; p < M * (kTcK / 4); p += 128) {
+      const int r = p / (kTcK / 4), c = (p % (kTcK / 4)) * 4;
+      const float4 f = *reinterpret_cast<const float4*>(fn + int64_t(r) * nd + k0 + c);
+      const float fv[4] = {f.x, f.y, f.z, f.w};
+      uint16_t pc[3][4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) split3_bf16(fv[e], pc[0][e], pc[1][e], pc[2][e]);
+#pragma unroll
+      for (int s = 0; s < 3; ++s)
+        *reinterpret_cast<uint2*>(&fs[s][r][c]) =
+            make_uint2(pc[s][0] | (uint32_t(pc[s][1]) << 16), pc[s][2] | (uint32_t(pc[s][3]) << 16));
     }
     __syncthreads();
+    float cc[2][NT][4], sc[4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int kb = warp * 8 + h * 4;
-      float x0[4], x1[4];
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) cc[mt][nt][e] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sc[i] = 0.f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float x = bf16_at(xv[i][h], e);
+          sc[i] = fmaf(x, x, sc[i]);
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int s = 0; s < 3; ++s) {
+        uint4 b[NT];  // words 2 kk, 2 kk + 1: b0, b1 of k-step kk (fn row nt * 8 + g)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) b[nt] = *reinterpret_cast<const uint4*>(&fs[s][nt * 8 + g][32 * h + 8 * q]);
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            const uint32_t a[4] = {word_at(xv[2 * mt][h], 2 * kk), word_at(xv[2 * mt + 1][h], 2 * kk),
+                                   word_at(xv[2 * mt][h], 2 * kk + 1), word_at(xv[2 * mt + 1][h], 2 * kk + 1)};
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma_bf16(cc[mt][nt], a, word_at(b[nt], 2 * kk), word_at(b[nt], 2 * kk + 1));
+          }
+      }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] += cc[mt][nt][e];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ss[i] += sc[i];
+  }
+  float* out = part + int64_t(blockIdx.y) * T * (M + 1);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        x0[e] = xs[(kb + e) * kXs + lane];
-        x1[e] = xs[(kb + e) * kXs + lane + 32];
-        s0 = fmaf(x0[e], x0[e], s0);
-        s1 = fmaf(x1[e], x1[e], s1);
+        const int i = 2 * mt + (e >> 1), col = nt * 8 + 2 * q + (e & 1);
+        const int64_t t = t0 + 16 * mt + 8 * (e >> 1) + g;
+        if (ok[i] && col < M) out[t * (M + 1) + col] = acc[mt][nt][e];
       }
 #pragma unroll
-      for (int r = 0; r < M; ++r) {
-        const float4 f = *reinterpret_cast<const float4*>(fs + r * kKc + kb);  // a broadcast
-        a0[r] = fmaf(f.x, x0[0], a0[r]);
-        a0[r] = fmaf(f.y, x0[1], a0[r]);
-        a0[r] = fmaf(f.z, x0[2], a0[r]);
-        a0[r] = fmaf(f.w, x0[3], a0[r]);
-        a1[r] = fmaf(f.x, x1[0], a1[r]);
-        a1[r] = fmaf(f.y, x1[1], a1[r]);
-        a1[r] = fmaf(f.z, x1[2], a1[r]);
-        a1[r] = fmaf(f.w, x1[3], a1[r]);
-      }
-    }
-    __syncthreads();
-  }
-  // The 8 warps' sums per (token, r), tokens lane (h = 0) then lane + 32 (h = 1); the buffer
-  // aliases the tiles (the loop ended on a barrier).
-  float* red = sm;  // [8][M + 1][32]
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (h) __syncthreads();  // round 0's reads are done
-#pragma unroll
-    for (int r = 0; r < M; ++r) red[(warp * (M + 1) + r) * 32 + lane] = h ? a1[r] : a0[r];
-    red[(warp * (M + 1) + M) * 32 + lane] = h ? s1 : s0;
-    __syncthreads();
-    for (int q = tid; q < (M + 1) * 32; q += 256) {
-      const int r = q / 32, l = q % 32;
-      float s = 0.f;
-      for (int w = 0; w < 8; ++w) s += red[(w * (M + 1) + r) * 32 + l];
-      const int64_t t = t0 + h * 32 + l;
-      if (t < T) part[(int64_t(blockIdx.y) * T + t) * (M + 1) + r] = s;
-    }
+  for (int i = 0; i < 4; ++i) {
+    float v = ss[i];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    if (q == 0 && ok[i]) out[(t0 + 16 * (i >> 1) + 8 * (i & 1) + g) * (M + 1) + M] = v;
   }
 }
 
 // Warp per token: the S partial sums (lanes over slices, then a shuffle tree), rho as the
-// reference forms it from the sum of squares, then the scalar tail on lane 0.
+// reference forms it from the sum of squares, then the scalar tail across the lanes.
 template <int M>
 __global__ void hc_scalars_kernel(const float* part, int S, int64_t T, int64_t nd, const float* base,
                                   const float* scale, int iters, float norm_eps, float eps, float* pre, float* post,
@@ -147,14 +200,13 @@ __global__ void hc_scalars_kernel(const float* part, int S, int64_t T, int64_t n
     for (int r = 0; r <= M; ++r) v[r] += p[r];
   }
 #pragma unroll
-  for (int r = 0; r <= M; ++r) v[r] = warp_sum(v[r]);
-  if (lane != 0) return;
+  for (int r = 0; r <= M; ++r) v[r] = warp_sum(v[r]);  // butterfly: the same sums in every lane
   const float rho = float(1.0 / sqrt(double(v[M]) / double(nd) + double(norm_eps)));
   float mix[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) mix[r] = v[r] * rho;
-  hc_token_scalars(mix, base, scale, kN, M, iters, eps, pre + t * kN, post ? post + t * kN : nullptr,
-                   comb ? comb + t * kN * kN : nullptr);
+  hc_token_scalars_warp4<M>(mix, base, scale, iters, eps, pre + t * kN, post ? post + t * kN : nullptr,
+                            comb ? comb + t * kN * kN : nullptr);
 }
 
 // CTA per token: u = bf16(sum_j cpre[j] X[t, j, :]) (f32, j ascending), then
@@ -239,13 +291,12 @@ __global__ void hc_post_vec_kernel(const bf16_t* F, const bf16_t* X, const float
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// The K split of hc_dots: about two full waves of an H200 (132 SMs, two 256-thread CTAs each at
-// the kernel's ~123 registers) over the token tiles, rounded down so that the last wave is not
-// a sliver; slices are whole tiles of kKc columns.
+// The K split of hc_dots: about four resident 128-thread CTAs per SM (118 registers) of an H200 (132 SMs) over
+// the token tiles; slices are whole chunks of kTcK columns.
 int64_t dots_slice(int64_t T, int64_t nd) {
-  const int64_t tiles = ceil_div(T, kTok), chunks = nd / kKc;
-  const int64_t want = std::max<int64_t>(1, std::min<int64_t>(chunks, 2 * 2 * 132 / tiles));
-  return ceil_div(chunks, want) * kKc;
+  const int64_t tiles = ceil_div(T, kTcTok), chunks = nd / kTcK;
+  const int64_t want = std::max<int64_t>(1, std::min<int64_t>(chunks, 4 * 132 / tiles));
+  return ceil_div(chunks, want) * kTcK;
 }
 
 // The mixes of the fast path (hc_dots + hc_scalars): hc_mix "fast_f32" and the first half of
@@ -257,10 +308,13 @@ void mix_fast(Ctx& c, const Tensor& X, const HcArgs& a, Tensor pre, Tensor post,
   const int S = int(ceil_div(nd, ks));
   Buffer part = c.scratch(size_t(S) * size_t(T) * (M + 1) * 4);  // [S, T, M + 1] f32
   float* pp = static_cast<float*>(part.data());
-  hc_dots_kernel<M><<<dim3(unsigned(ceil_div(T, kTok)), unsigned(S)), 256, 0, c.stream>>>(
+  hc_dots_kernel<M><<<dim3(unsigned(ceil_div(T, kTcTok)), unsigned(S)), 128, 0, c.stream>>>(
       X.ptr<const bf16_t>(), a.fn.ptr<float>(), T, nd, ks, pp);
   DIL_LAUNCH_CHECK("hc_dots_kernel");
-  hc_scalars_kernel<M><<<unsigned(ceil_div(T, 8)), 256, 0, c.stream>>>(
+  // Warps per CTA: one at decode sizes, so that the few tokens' warps spread over as many SMs
+  // (each warp's slice loads touch 32 lines; 8 warps on one SM made a 64-token step 26 us of L1).
+  const int wpb = int(std::clamp<int64_t>(T / 264, 1, 8));
+  hc_scalars_kernel<M><<<unsigned(ceil_div(T, wpb)), unsigned(32 * wpb), 0, c.stream>>>(
       pp, S, T, nd, a.base.ptr<float>(), a.scale.ptr<float>(), a.sinkhorn_iters, a.norm_eps, a.hc_eps,
       pre.ptr<float>(), M == kN ? nullptr : post.ptr<float>(), M == kN ? nullptr : comb.ptr<float>());
   DIL_LAUNCH_CHECK("hc_scalars_kernel");

@@ -201,12 +201,13 @@ std::vector<KernelImpl> build() {
   // h, y and h's FP8 rounding: the tensor-core MoE's numeric form (accumulation-order flips).
   const Tolerance moe_gemv_bound = derived_tolerance(6e-3, 2e-2, false, "tests/cuda/test_moe_gemv.cpp",
                                                      "rounding flips of g, u, h and y");
-  // Fused mHC pre: the dots' f32 accumulation (depth <= nD/8 + 8 + S/32 + 5 terms), ~1e-4 of
-  // sum|fn x| rho at nD = 16384, carried through the sigmoids and Sinkhorn (pre / post / comb
+  // Fused mHC pre: the dots' accumulation (exact products of fn's three bf16 pieces; tensor-core
+  // chunks of 64 columns, <= 440 u each, promoted to f32: depth <= 440 + nD/64 + S/32 + 5),
+  // ~4e-5 of sum|fn x| rho at nD = 16384, carried through the sigmoids and Sinkhorn (pre / post / comb
   // stay within 1e-5 at the model's scales), then at most one bf16 flip of u and of xn per
   // element: 2^-7 of |xn| each, rare (rel L2 ~1e-4).
   const Tolerance hc_pre_bound = derived_tolerance(2e-4, 0x1p-7, false, "tests/cuda/test_mhc_fast.cpp",
-                                                   "f32 dots; bf16 flips of u and xn");
+                                                   "tensor-core dots promoted every 64 columns; bf16 flips of u and xn");
   const std::string lin = "tests/cuda/test_linear.cpp";
   std::vector<KernelImpl> r = {
       {"linear", "gemv", "decode-sized GEMV: warps along weight rows, lanes along K with 16-byte loads (2 x 4 in "
@@ -266,12 +267,13 @@ std::vector<KernelImpl> build() {
       {"indexer_topk", "fp64", "thread per (token, row) in double in the reference's order (bf16 inputs widened); "
        "radix top-k over (score, ~row) keys", idx_fp64, 0, exact_tolerance("indices"),
        "tests/cuda/test_indexer_moe.cpp"},
-      {"hc_mix", "fast_f32", "hc_pre fused_fast's mixes alone: split-K f32 FMA dots and sum of squares, warp per "
-       "token for rho, sigmoids and Sinkhorn", hc_fast, 0, hc_pre_bound, "tests/cuda/test_mhc_fast.cpp"},
+      {"hc_mix", "fast_f32", "hc_pre fused_fast's mixes alone: split-K tensor-core dots (fn in three exact bf16 "
+       "pieces, f32 promotion every 64 columns) and f32 sum of squares, warp per token for rho, sigmoids and Sinkhorn", hc_fast, 0, hc_pre_bound, "tests/cuda/test_mhc_fast.cpp"},
       {"hc_mix", "default", "dot products and mean square in double, Sinkhorn on one thread per token", hc_any, 0,
        tolerance(1e-5, 1e-5), "tests/cuda/test_elementwise.cpp"},
-      {"hc_pre", "fused_fast", "bf16 streams read twice: split-K f32 FMA dots and sum of squares (CTA per 64 tokens x "
-       "K slice, tiles in shared memory, fn as broadcasts), warp per token for the partial sums, rho, sigmoids and "
+      {"hc_pre", "fused_fast", "bf16 streams read twice: split-K mma.sync dots (CTA per 128 tokens x K slice, fn in three "
+       "exact bf16 pieces in shared memory, X fragments straight from global memory, f32 promotion every 64 columns) "
+       "and f32 sum of squares, warp per token for the partial sums, rho, sigmoids and "
        "Sinkhorn (lane 0, the reference's order), CTA per token for the collapse (rounded to bf16) and the RMSNorm",
        hc_fast, 0, hc_pre_bound, "tests/cuda/test_mhc_fast.cpp"},
       {"hc_pre", "composed", "the exact hc_mix, hc_collapse (into an activation-dtype row) and rms_norm kernels in "
