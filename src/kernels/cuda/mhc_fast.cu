@@ -4,7 +4,7 @@
 // hc_pre "fused_fast" (bf16 streams X [T, 4, D], bf16 xn, fn with 24 rows or 4 for the head;
 // hc_mix "fast_f32" is its steps 1 and 2):
 //   1. hc_dots: the mixes X . fn^T on tensor cores, split over K: CTA per (128 tokens, K
-//      slice), fn split into three exact bf16 pieces in shared memory, X rows read once from
+//      slice), fn split once per call into three exact bf16 pieces, staged in shared memory, X rows read once from
 //      global memory into mma.sync fragments, the sums promoted to f32 every 64 columns; the sum
 //      of squares of X on CUDA cores from the same registers; partial sums [S, T, m + 1] (last:
 //      sum of squares). 24 dots of 16,384 per token are 12 FMA per byte of X, more than the
@@ -59,10 +59,26 @@ __device__ __forceinline__ void split3_bf16(float f, uint16_t& hi, uint16_t& mid
 }
 __device__ __forceinline__ uint32_t word_at(const uint4& v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
 
+// pieces [3, m, nd] bf16 = split3_bf16 of fn [m, nd] f32, once per call (fn is 1.5 MB at
+// V4-Flash): done per CTA it was the larger half of hc_dots' instructions.
+__global__ void hc_split_fn_kernel(const float* fn, int64_t n4, uint16_t* pieces) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
+    const float4 f = reinterpret_cast<const float4*>(fn)[i];
+    const float fv[4] = {f.x, f.y, f.z, f.w};
+    uint16_t pc[3][4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) split3_bf16(fv[e], pc[0][e], pc[1][e], pc[2][e]);
+#pragma unroll
+    for (int s = 0; s < 3; ++s)
+      reinterpret_cast<uint2*>(pieces + s * n4 * 4)[i] =
+          make_uint2(pc[s][0] | (uint32_t(pc[s][1]) << 16), pc[s][2] | (uint32_t(pc[s][3]) << 16));
+  }
+}
+
 // part[s, t, r] = sum over columns k of slice s of fn[r, k] X[t, k] (r < M), part[s, t, M] =
-// sum of X[t, k]^2. X [T, nd] bf16, fn [M, nd] f32; nd and ks multiples of kTcK.
-// CTA = 4 warps x 32 tokens (two m16 tiles each); per chunk of kTcK columns the CTA splits fn's
-// chunk into bf16 hi / mid / lo rows in shared memory, each warp loads its X rows straight from
+// sum of X[t, k]^2. X [T, nd] bf16, P [3, M, nd] bf16 fn's pieces (hc_split_fn_kernel); nd and
+// ks multiples of kTcK. CTA = 4 warps x 32 tokens (two m16 tiles each); per chunk of kTcK columns
+// the CTA stages the pieces' chunk in shared memory, each warp loads its X rows straight from
 // global memory as 16-byte segments and runs mma.sync m16n8k16 for the three pieces (the column
 // order inside a segment is permuted identically for A and B: a dot product does not care), into
 // a chunk accumulator that is added to the f32 total once per chunk (DeepGEMM's promotion, here
@@ -70,7 +86,7 @@ __device__ __forceinline__ uint32_t word_at(const uint4& v, int w) { return w ==
 // sum of squares runs on CUDA cores from the same registers, per chunk then into the total.
 // Deterministic and independent of the other tokens of the step.
 template <int M>
-__global__ void __launch_bounds__(128) hc_dots_kernel(const bf16_t* X, const float* fn, int64_t T, int64_t nd,
+__global__ void __launch_bounds__(128, 3) hc_dots_kernel(const bf16_t* X, const uint16_t* P, int64_t T, int64_t nd,
                                                       int64_t ks, float* part) {
   constexpr int NT = (M + 7) / 8, R = NT * 8;  // n tiles of 8 mixes; rows M..R-1 are zeros
   __shared__ __align__(16) uint16_t fs[3][R][kTcStride];
@@ -97,26 +113,33 @@ __global__ void __launch_bounds__(128) hc_dots_kernel(const bf16_t* X, const flo
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) ss[i] = 0.f;
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kTcK) {
-    uint4 xv[4][2];  // [row][half]: columns k0 + 32 h + 8 q .. + 7
+  // Software pipeline: chunk i + 1's X rows and pieces are loaded into registers while chunk i
+  // is multiplied, so each CTA keeps its next 16 KB of X in flight behind its tensor-core work.
+  constexpr int PQ = (3 * M * (kTcK / 8) + 127) / 128;  // 16-byte piece segments per thread per chunk
+  uint4 xv[4][2], xn[4][2];                             // [row][half]: columns k0 + 32 h + 8 q .. + 7
+  uint4 pr[PQ];
+  auto load = [&](int64_t k0, uint4 (&x)[4][2]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        xv[i][h] = ok[i] ? *reinterpret_cast<const uint4*>(xr[i] + k0 + 32 * h) : make_uint4(0u, 0u, 0u, 0u);
-    __syncthreads();  // the previous chunk's pieces are read
-    for (int p = tid; p < M * (kTcK / 4); p += 128) {
-      const int r = p / (kTcK / 4), c = (p % (kTcK / 4)) * 4;
-      const float4 f = *reinterpret_cast<const float4*>(fn + int64_t(r) * nd + k0 + c);
-      const float fv[4] = {f.x, f.y, f.z, f.w};
-      uint16_t pc[3][4];
+        x[i][h] = ok[i] ? *reinterpret_cast<const uint4*>(xr[i] + k0 + 32 * h) : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) split3_bf16(fv[e], pc[0][e], pc[1][e], pc[2][e]);
-#pragma unroll
-      for (int s = 0; s < 3; ++s)
-        *reinterpret_cast<uint2*>(&fs[s][r][c]) =
-            make_uint2(pc[s][0] | (uint32_t(pc[s][1]) << 16), pc[s][2] | (uint32_t(pc[s][3]) << 16));
+    for (int f = 0; f < PQ; ++f) {
+      const int p = tid + 128 * f, sr = p / (kTcK / 8), c = (p % (kTcK / 8)) * 8;  // sr = piece * M + row
+      if (p < 3 * M * (kTcK / 8)) pr[f] = *reinterpret_cast<const uint4*>(P + int64_t(sr) * nd + k0 + c);
     }
+  };
+  load(k_begin, xv);
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kTcK) {
+    __syncthreads();  // the previous chunk's pieces are read
+#pragma unroll
+    for (int f = 0; f < PQ; ++f) {
+      const int p = tid + 128 * f, sr = p / (kTcK / 8), c = (p % (kTcK / 8)) * 8;
+      if (p < 3 * M * (kTcK / 8)) *reinterpret_cast<uint4*>(&fs[sr / M][sr % M][c]) = pr[f];
+    }
+    const bool more = k0 + kTcK < k_end;
+    if (more) load(k0 + kTcK, xn);
     __syncthreads();
     float cc[2][NT][4], sc[4];
 #pragma unroll
@@ -161,6 +184,11 @@ __global__ void __launch_bounds__(128) hc_dots_kernel(const bf16_t* X, const flo
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] += cc[mt][nt][e];
 #pragma unroll
     for (int i = 0; i < 4; ++i) ss[i] += sc[i];
+    if (more)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) xv[i][h] = xn[i][h];
   }
   float* out = part + int64_t(blockIdx.y) * T * (M + 1);
 #pragma unroll
@@ -194,6 +222,7 @@ __global__ void hc_scalars_kernel(const float* part, int S, int64_t T, int64_t n
   float v[M + 1];
 #pragma unroll
   for (int r = 0; r <= M; ++r) v[r] = 0.f;
+#pragma unroll 4  // four slices' loads in flight per lane (S = 256 at decode sizes)
   for (int s = lane; s < S; s += 32) {
     const float* p = part + (int64_t(s) * T + t) * (M + 1);
 #pragma unroll
@@ -291,11 +320,11 @@ __global__ void hc_post_vec_kernel(const bf16_t* F, const bf16_t* X, const float
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// The K split of hc_dots: about four resident 128-thread CTAs per SM (118 registers) of an H200 (132 SMs) over
+// The K split of hc_dots: three resident 128-thread CTAs per SM (__launch_bounds__: 168 registers) of an H200 (132 SMs) over
 // the token tiles; slices are whole chunks of kTcK columns.
 int64_t dots_slice(int64_t T, int64_t nd) {
   const int64_t tiles = ceil_div(T, kTcTok), chunks = nd / kTcK;
-  const int64_t want = std::max<int64_t>(1, std::min<int64_t>(chunks, 4 * 132 / tiles));
+  const int64_t want = std::max<int64_t>(1, std::min<int64_t>(chunks, 3 * 132 / tiles));
   return ceil_div(chunks, want) * kTcK;
 }
 
@@ -308,8 +337,14 @@ void mix_fast(Ctx& c, const Tensor& X, const HcArgs& a, Tensor pre, Tensor post,
   const int S = int(ceil_div(nd, ks));
   Buffer part = c.scratch(size_t(S) * size_t(T) * (M + 1) * 4);  // [S, T, M + 1] f32
   float* pp = static_cast<float*>(part.data());
+  Buffer pieces = c.scratch(size_t(3) * M * size_t(nd) * 2);  // [3, M, nd] bf16
+  uint16_t* pc = static_cast<uint16_t*>(pieces.data());
+  const int64_t n4 = M * nd / 4;
+  hc_split_fn_kernel<<<unsigned(std::min<int64_t>(ceil_div(n4, 256), 132 * 8)), 256, 0, c.stream>>>(a.fn.ptr<float>(),
+                                                                                                  n4, pc);
+  DIL_LAUNCH_CHECK("hc_split_fn_kernel");
   hc_dots_kernel<M><<<dim3(unsigned(ceil_div(T, kTcTok)), unsigned(S)), 128, 0, c.stream>>>(
-      X.ptr<const bf16_t>(), a.fn.ptr<float>(), T, nd, ks, pp);
+      X.ptr<const bf16_t>(), pc, T, nd, ks, pp);
   DIL_LAUNCH_CHECK("hc_dots_kernel");
   // Warps per CTA: one at decode sizes, so that the few tokens' warps spread over as many SMs
   // (each warp's slice loads touch 32 lines; 8 warps on one SM made a 64-token step 26 us of L1).
