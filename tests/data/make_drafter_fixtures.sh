@@ -37,3 +37,5 @@ dt, w = t["mtp.0.h_proj.weight"]
 t["mtp.0.h_proj.weight"] = (dt, np.zeros_like(w))
 ck.write_st(path, t, meta)
 PY
+# The MTP's float64 numpy reference at position 0 (tests/data/mtp_reference.py), for v4-tiny.
+"$py" "$src/tests/data/mtp_reference.py" "$out/v4-tiny" "$src/tools/train_tiny"

@@ -2,6 +2,11 @@
 // fixture, tests/data/make_drafter_fixtures.sh), CPU, reference numerics, where a row's numbers
 // do not depend on what else its step holds or how the sequence was chunked (double sums rounded
 // once per output): so every comparison below is exact (bit for bit), no tolerance to derive.
+// - Against an independent float64 numpy computation written from model-spec §3 / §3.10
+//   (tests/data/mtp_reference.py, made with the fixture): the MTP's logits at position 0 (the
+//   backbone's streams after one token, enorm/hnorm, e_proj/h_proj, the block, its hc_head and
+//   norm, the shared head); the script itself first reproduces the fixture's HF float64 logits
+//   of the backbone there (1.8e-7), so the block code it shares with the MTP is checked too.
 // - The draft of a sequence (logits of every chained step) is the same whether its positions
 //   came in one prefill chunk or in chunks and decode steps batched with another sequence:
 //   the MTP block's ring rows (the pairs of every earlier position, written one position behind
@@ -15,10 +20,12 @@
 //   previous position is the one the next forward writes).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 #include "backend/backend.h"
+#include "core/safetensors.h"
 #include "model/model.h"
 
 using namespace dil;
@@ -35,9 +42,9 @@ const std::string kDir = drafter_data() + "/v4-tiny";
 struct Loaded {
   std::unique_ptr<Backend> be = make_backend(BackendKind::CPU);
   std::unique_ptr<Model> model;
-  explicit Loaded(bool mtp, const std::string& dir = kDir) {
+  explicit Loaded(bool mtp, const std::string& dir = kDir, Numerics n = Numerics::Reference) {
     ModelOptions o;
-    o.numerics = Numerics::Reference;
+    o.numerics = n;
     o.load_mtp = mtp;
     model = load_model(dir, *be, o);
     model->allocate_cache(16, 4, 128);
@@ -80,7 +87,46 @@ bool same(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+std::vector<float> draft_logits(Model& m, const DraftRequest& r, std::vector<int32_t>* tokens = nullptr) {
+  std::vector<std::vector<int32_t>> d;
+  std::vector<float> lg;
+  m.draft({r}, &d, &lg);
+  if (tokens) *tokens = d[0];
+  return lg;
+}
+
+
 }  // namespace
+
+TEST(V4Mtp, MatchesTheNumpyReferenceAtPositionZero) {
+  SafeTensors ref = SafeTensors::open(kDir + "/mtp-reference.safetensors");
+  auto vec = [&](const char* name) {
+    const StEntry& e = ref.at(name);
+    return std::vector<float>(reinterpret_cast<const float*>(e.data), reinterpret_cast<const float*>(e.data) + e.numel());
+  };
+  const StEntry& ie = ref.at("ids");
+  const int32_t* ids = reinterpret_cast<const int32_t*>(ie.data);
+  Loaded a(true);
+  const std::vector<float> backbone = step(*a.model, {{0, 0, {ids[0]}, 0}});
+  const std::vector<float> mtp = draft_logits(*a.model, {0, 0, ids[1], 1});
+  // Reference numerics (f32 activations, double sums rounded once per op) against float64:
+  // the bound of the backbone's own check against HF float64 (V4Fixture.ReferenceModeMatchesHF:
+  // relative L2 1e-4 per position), the MTP being one more block of the same ops and a head.
+  auto rel_l2 = [](const std::vector<float>& g, const std::vector<float>& w) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < w.size(); ++i) num += (double(g[i]) - w[i]) * (double(g[i]) - w[i]), den += double(w[i]) * w[i];
+    return std::sqrt(num / den);
+  };
+  const std::vector<float> wb = vec("backbone_logits"), wm = vec("mtp_logits");
+  ASSERT_EQ(backbone.size(), wb.size());
+  ASSERT_EQ(mtp.size(), wm.size());
+  const double eb = rel_l2(backbone, wb), em = rel_l2(mtp, wm);
+  std::printf("[mtp] position 0 vs numpy float64: backbone rel L2 %.2e, MTP rel L2 %.2e\n", eb, em);
+  EXPECT_LT(eb, 1e-4);
+  EXPECT_LT(em, 1e-4);
+  // Not vacuous: the MTP's logits are not the backbone's (another prediction, another head path).
+  EXPECT_GT(rel_l2(wm, wb), 0.1);
+}
 
 TEST(V4Mtp, DraftDoesNotDependOnChunkingOrBatching) {
   // 150 computed positions: the window ring (128 rows) has wrapped.
@@ -135,13 +181,6 @@ TEST(V4Mtp, DraftDoesNotDependOnChunkingOrBatching) {
 // h_proj(x) is then exactly 0 for every x.
 const std::string kHZero = drafter_data() + "/v4-tiny-hzero";
 
-std::vector<float> draft_logits(Model& m, const DraftRequest& r, std::vector<int32_t>* tokens = nullptr) {
-  std::vector<std::vector<int32_t>> d;
-  std::vector<float> lg;
-  m.draft({r}, &d, &lg);
-  if (tokens) *tokens = d[0];
-  return lg;
-}
 
 std::vector<float> after_prefill(const std::vector<int32_t>& t, int L, const DraftRequest& r) {
   Loaded a(true, kHZero);
@@ -192,6 +231,27 @@ TEST(V4Mtp, ChainStepIsTheNextDraft) {
   const std::vector<float> cchain = draft_logits(*c.model, {0, L - 1, t[L], 2}, &dc);
   step(*c.model, {{0, L, {t[L]}, 0}});
   EXPECT_FALSE(same(draft_logits(*c.model, {0, L, dc[0], 1}), std::vector<float>(cchain.begin() + V, cchain.end())));
+}
+
+TEST(V4Mtp, RunsInEveryNumericsMode) {
+  // Official and fast numerics: the MTP block's calls (FP8 activation quantization before e_proj /
+  // h_proj, bf16 activations in fast) are the op sites listed for it (the CPU backend checks every
+  // call against the installed plan and aborts on one that is not there), and the drafts are
+  // finite tokens (official vs fast: printed, they differ by bf16 roundings).
+  const int L = 40;
+  const std::vector<int32_t> t = tokens(L + 1, 7);
+  std::vector<std::vector<int32_t>> d[2];
+  for (int i = 0; i < 2; ++i) {
+    Loaded a(true, kDir, i == 0 ? Numerics::Official : Numerics::Fast);
+    step(*a.model, {{0, 0, sub(t, 0, 25), 0}});
+    step(*a.model, {{0, 25, sub(t, 25, L), 0}});
+    std::vector<float> lg;
+    a.model->draft({{0, L - 1, t[L], 3}}, &d[i], &lg);
+    ASSERT_EQ(d[i][0].size(), 3u);
+    for (float v : lg) ASSERT_TRUE(std::isfinite(v));
+  }
+  std::printf("[mtp] official draft %d %d %d, fast %d %d %d\n", d[0][0][0], d[0][0][1], d[0][0][2], d[1][0][0],
+              d[1][0][1], d[1][0][2]);
 }
 
 TEST(V4Mtp, LoadNeedsTheWeights) {
