@@ -11,7 +11,8 @@
 //   came in one prefill chunk or in chunks and decode steps batched with another sequence:
 //   the MTP block's ring rows (the pairs of every earlier position, written one position behind
 //   the backbone) and the slot's saved streams are the function of the tokens alone.
-// - Drafting leaves the slot as it was: the same draft twice, and the target's next logits
+// - A slot copy drafts like its source (the MTP state is slot state). Drafting leaves the slot
+//   as it was: the same draft twice, and the target's next logits
 //   equal those of a model without the drafter (the MTP block never disturbs the backbone).
 // - The structure, on a variant whose h_proj is zero (the block then sees token embeddings
 //   only): the draft's window is the pairs (target at q, token q+1) of the last 128 positions,
@@ -147,6 +148,12 @@ TEST(V4Mtp, DraftDoesNotDependOnChunkingOrBatching) {
   std::vector<float> la2;
   a.model->draft({{0, L - 1, t[L], k}}, &da2, &la2);
   EXPECT_TRUE(same(la, la2));
+  // A copy of the slot (prefix-cache snapshot, fork, speculative rollback) drafts the same: the
+  // MTP's ring and saved streams are part of the slot.
+  a.model->copy_cache({{CacheCopy::Kind::Slot, 0, 3}});
+  std::vector<float> la3;
+  a.model->draft({{3, L - 1, t[L], k}}, &da2, &la3);
+  EXPECT_TRUE(same(la, la3));
 
   // Slot 1: chunks of 70 and 77 batched with another sequence in slot 2, then decode steps.
   Loaded b(true);

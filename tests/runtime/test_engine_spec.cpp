@@ -431,6 +431,34 @@ TEST(SpecDecode, MtpSameOutputs) {
   expect_pool_empty(*e);
 }
 
+TEST(SpecDecode, MtpWithPrefixCacheHits) {
+  // Requests sharing a 260-token prefix, one after another: the later ones start from the cached
+  // prefix's snapshot, whose slot carries the MTP's ring and the streams of the prefix's last
+  // position (the MTP's next pair reads them). The outputs are those without speculation.
+  EngineOptions o = options("v4-tiny");
+  o.model_dir = drafter_data("v4-tiny");
+  o.max_model_len = 320;
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 3; ++i) {
+    GenRequest r;
+    r.id = "p" + std::to_string(i);
+    for (int p = 0; p < 260; ++p) r.prompt.push_back(int32_t((p * 11 + 5) % 1024));
+    for (int p = 0; p < 3 + i; ++p) r.prompt.push_back(int32_t(100 + 17 * i + p));
+    r.stop.max_tokens = 14;
+    r.stop.ignore_eos = true;
+    r.sampling.temperature = i == 1 ? 0.7f : 0.0f;
+    r.sampling.seed = 9 + i;
+    reqs.push_back(r);
+  }
+  const auto want = run_alone(*make_engine(o), reqs);
+  o.speculative = "mtp";
+  o.num_speculative_tokens = 3;
+  auto e = make_engine(o);
+  expect_same(run_alone(*e, reqs), want);
+  EXPECT_GT(e->stats().prefix_cache_hits, 0);
+  EXPECT_GT(e->stats().spec_decode_num_drafts, 0);
+}
+
 TEST(SpecDecode, MtpSeededRunsRepeat) {
   // Seeded sampling with the MTP drafter: the same request twice gives the same tokens.
   EngineOptions o = options("v4-tiny");
