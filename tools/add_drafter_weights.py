@@ -8,10 +8,9 @@
 # loader's schema (src/model/schema_v4.cpp, schema_v41.cpp), which validates them on load.
 #
 # Usage: .venv/bin/python tools/add_drafter_weights.py tests/data/v4-tiny [--seed 27]
-# Not applied to the committed fixtures yet: no drafter binds these weights (load_mtp stays
-# false until the MTP / DSpark drafters exist), and the +5.3 MB (v4-tiny +1.1, v41-tiny +4.2)
-# would push the tracked tree past the 64 MiB the GPU machine copies. Apply it together with the
-# drafters, and make room then (tests/model/test_schema*.cpp had the matching expectations).
+# Not applied to the committed fixtures (+5.3 MB: v4-tiny +1.1, v41-tiny +4.2, would push the
+# tracked tree past the 64 MiB the GPU machine copies): tests/data/make_drafter_fixtures.sh
+# (CTest's set-up test drafter_fixtures) applies it to copies in build/drafter-data.
 # Idempotent: existing mtp.* tensors are replaced. Values (numpy PCG64, seed fixed per fixture):
 # linear weights N(0, 1/in) quantized like the fixture's backbone (FP8 e4m3 with ue8m0 block
 # scales, FP4 e2m1 experts with ue8m0 1x32 scales), norms 1 + N(0, 0.1^2) in BF16, mHC fn

@@ -2,7 +2,8 @@
 //
 //   bench prefill --config FILE [--context 131072] [--cached 126976] [--new-tokens 4096]
 //                 [--layers 1,3,4|all] [--device cuda] [--numerics fast] [--iters 3] [--json OUT]
-//   bench decode  --config FILE --batch B --context C [--speculative K] [...same options]
+//   bench decode  --config FILE --batch B --context C [--speculative K [--speculative-method mtp]]
+//                 [...same options]
 //   bench ceilings [--device cuda]
 //   prefill/decode also take --no-replay (V4.1: every layer on every row, the baseline of the
 //   decoder replay, model/replay.h) and --nproc N (and --nnodes/--node-rank/--master-addr/--master-port):
@@ -21,7 +22,10 @@
 // logits (what the engine runs), plus the engine's per-step snapshot of each drafting sequence's
 // state slot (copy_cache), and prints the tok/s/GPU implied at mean acceptance lengths 1.5, 2.5,
 // 3.5 (tokens emitted per verify step; dummy weights accept nothing, so the acceptance length is
-// an input here: tok/s = batch x length / verify time).
+// an input here: tok/s = batch x length / verify time). --speculative-method mtp (V4) loads the
+// MTP drafter (dummy mtp.0): every timed step then includes the MTP block over its tokens (as
+// the engine runs it), and each d adds the draft itself (d chained MTP steps for every
+// sequence, Model::draft), timed alone and not extrapolated (one block at any depth).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -71,6 +75,7 @@ struct BenchDecodeOptions : BenchModelOptions {
   int64_t batch = 64;
   int64_t context = 32768;
   int speculative = 0;  // K > 0: also the verify step for 1..K drafted tokens
+  std::string speculative_method = "ngram";  // ngram: the verify step only; mtp: + the MTP drafter
 };
 struct BenchCeilingsOptions {
   std::string device = "cuda";
@@ -143,6 +148,7 @@ Run time_steps(Model& model, Backend& be, const StepBatch& batch, int warmup, in
 struct VerifyRuns {
   double snap_ms = 0;     // the slot snapshots of every sequence, built layers
   std::vector<Run> runs;  // d = 1..K
+  std::vector<double> draft_ms;  // d = 1..K: the model's drafter (MTP) for every sequence; empty: none
 };
 
 // Every rank runs these (the forwards' collectives), before rank 0 reports.
@@ -160,6 +166,24 @@ VerifyRuns time_verify(Model& model, Backend& be, const MakeBatch& make_batch, i
   be.synchronize();
   v.snap_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / o.iters;
   for (int d = 1; d <= k; ++d) v.runs.push_back(time_steps(model, be, make_batch(d + 1, true), o.warmup, o.iters));
+  if (model.has_drafter()) {
+    // Every sequence drafts d tokens from its (synthesized) slot: the pair at the last cached
+    // position. The draft reads the slots and leaves them as they are.
+    const StepBatch b = make_batch(1, false);
+    std::vector<DraftRequest> req;
+    for (const SeqChunk& c : b.seqs) req.push_back({c.slot, std::max(0, c.start_pos - 1), 5, 1});
+    std::vector<std::vector<int32_t>> out;
+    for (int d = 1; d <= k; ++d) {
+      for (DraftRequest& r : req) r.n = d;
+      for (int i = 0; i < o.warmup; ++i) model.draft(req, &out);
+      be.synchronize();
+      const auto t1 = std::chrono::steady_clock::now();
+      for (int i = 0; i < o.iters; ++i) model.draft(req, &out);
+      be.synchronize();
+      v.draft_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count() /
+                           o.iters);
+    }
+  }
   return v;
 }
 
@@ -173,7 +197,12 @@ json report_verify(VerifyRuns& v, const ModelConfig& cfg, const Extrapolate& ext
   std::printf("\nspeculative verify: %lld seqs, each [last token + d drafts] with every row's logits, + the slot "
               "snapshot (%.3f ms for the built layers, ~%.3f ms at full depth)\n",
               (long long)n_seqs, snap_ms, snap_full_ms);
-  std::printf("%-3s %12s %14s %14s %12s", "d", "subset ms", "full ms", "+snapshot ms", "vs decode");
+  const bool drafts = !v.draft_ms.empty();
+  if (drafts)
+    std::printf("MTP drafter: every step includes the MTP block over its tokens; +draft = d chained MTP steps "
+                "per sequence (timed alone, not extrapolated)\n");
+  std::printf("%-3s %12s %14s %14s %12s", "d", "subset ms", "full ms", drafts ? "+snap+draft ms" : "+snapshot ms",
+              "vs decode");
   const double lens[] = {1.5, 2.5, 3.5};
   for (double a : lens) std::printf("  tok/s/GPU@%.1f", a);
   std::printf("\n%-3d %12.3f %14.3f %14s %12s  (plain decode: %.1f tok/s/GPU)\n", 0, decode.step_ms, decode_full_ms, "-",
@@ -181,7 +210,8 @@ json report_verify(VerifyRuns& v, const ModelConfig& cfg, const Extrapolate& ext
   json rows = json::array();
   for (int d = 1; d <= int(v.runs.size()); ++d) {
     Run& r = v.runs[size_t(d - 1)];
-    const double full = extrapolate(r, d + 1), verify = full + snap_full_ms;
+    const double draft = drafts ? v.draft_ms[size_t(d - 1)] : 0.0;
+    const double full = extrapolate(r, d + 1), verify = full + snap_full_ms + draft;
     std::printf("%-3d %12.3f %14.3f %14.3f %11.2fx", d, r.step_ms, full, verify, verify / decode_full_ms);
     json tok = json::object();
     for (double a : lens) {
@@ -195,7 +225,7 @@ json report_verify(VerifyRuns& v, const ModelConfig& cfg, const Extrapolate& ext
     }
     std::printf("\n");
     rows.push_back({{"drafts", d}, {"step_ms_subset", r.step_ms}, {"full_ms", full}, {"snapshot_full_ms", snap_full_ms},
-                    {"verify_full_ms", verify}, {"tok_s_gpu_at_acceptance_length", tok}});
+                    {"draft_ms", draft}, {"verify_full_ms", verify}, {"tok_s_gpu_at_acceptance_length", tok}});
   }
   return {{"snapshot_ms_subset", snap_ms}, {"snapshot_full_ms", snap_full_ms}, {"decode_full_ms", decode_full_ms},
           {"verify", rows}};
@@ -203,7 +233,7 @@ json report_verify(VerifyRuns& v, const ModelConfig& cfg, const Extrapolate& ext
 
 // One step of n_seqs sequences, each `new_tokens` after `cached` cached tokens (decode: 1).
 int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t cached, int64_t new_tokens,
-                const ProgramArgs& prog, int spec_tokens = 0) {
+                const ProgramArgs& prog, int spec_tokens = 0, bool mtp = false) {
   const std::string& cfg_path = o.config;
   ModelConfig cfg = load_config(cfg_path);
   int launcher_status = 0;
@@ -217,6 +247,7 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   opt.load_format = "dummy";
   opt.seed = o.seed;
   opt.decoder_replay = !o.no_replay;
+  opt.load_mtp = mtp;
   if (o.layers == "all") {
     for (int L = 0; L < cfg.n_layers; ++L) opt.layers.push_back(L);
   } else if (!o.layers.empty()) {
@@ -429,8 +460,13 @@ void add_bench(CLI::App& top, std::vector<Declared>* out) {
   dc->add_option("--speculative", d->speculative,
                  "also time speculative decoding's verify step for 1..K drafted tokens per sequence")
       ->check(CLI::Range(1, 16));
+  dc->add_option("--speculative-method", d->speculative_method,
+                 "ngram: the verify step only (a host drafter costs nothing on the device); mtp: with V4's MTP "
+                 "drafter (dummy mtp.0): its block in every step and the draft of d tokens")
+      ->check(CLI::IsMember({"ngram", "mtp"}));
   out->push_back({dc, [d](const ProgramArgs& prog) {
-                    return bench_model(*d, true, d->batch, d->context, 1, prog, d->speculative);
+                    return bench_model(*d, true, d->batch, d->context, 1, prog, d->speculative,
+                                       d->speculative > 0 && d->speculative_method == "mtp");
                   }});
 
   auto c = std::make_shared<BenchCeilingsOptions>();

@@ -28,6 +28,10 @@ void V4Model::copy_cache(const std::vector<CacheCopy>& ops) {
         for (const Buffer* b : {&l.comp_rows, &l.idx_rows}) copy_cache_unit(be_, *b, units, op.src, op.dst);
       }
     }
+    if (slot && mtp_) {  // the MTP ring (its draft rows beyond the slots are never copied) and hidden
+      copy_cache_unit(be_, mtp_->block.ring, mtp_->block.ring_slots, op.src, op.dst);
+      copy_cache_unit(be_, mtp_->hidden, units, op.src, op.dst);
+    }
   }
 }
 

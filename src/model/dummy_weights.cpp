@@ -56,25 +56,26 @@ bool ends_with(const std::string& s, const std::string& suf) {
 }
 
 bool wanted(const std::string& name, const std::vector<int>& layers) {
-  if (name.rfind("mtp.", 0) == 0) return false;
+  if (name.rfind("mtp.", 0) == 0) return true;  // listed only when asked for (with_mtp)
   if (name.rfind("layers.", 0) != 0 || layers.empty()) return true;
   int L = std::stoi(name.substr(7));
   return std::find(layers.begin(), layers.end(), L) != layers.end();
 }
 
-// "layers.L.ffn.experts.E.*": E, else -1.
+// "layers.L.ffn.experts.E.*" or "mtp.M.ffn.experts.E.*": E, else -1.
 int expert_of(const std::string& name) {
   const std::string key = ".ffn.experts.";
   size_t p = name.find(key);
-  if (name.rfind("layers.", 0) != 0 || p == std::string::npos) return -1;
+  if ((name.rfind("layers.", 0) != 0 && name.rfind("mtp.", 0) != 0) || p == std::string::npos) return -1;
   return std::stoi(name.substr(p + key.size()));
 }
 
 }  // namespace
 
 SafeTensors make_dummy_checkpoint(const ModelConfig& cfg, const std::vector<int>& layers, uint64_t seed, int expert_lo,
-                                  int expert_hi) {
-  std::vector<TensorSpec> specs = expected_tensors(cfg, false);
+                                  int expert_hi, bool with_mtp) {
+  // The drafter blocks come after the backbone: the backbone's values do not depend on them.
+  std::vector<TensorSpec> specs = expected_tensors(cfg, with_mtp);
   std::map<std::string, const TensorSpec*> by_name;
   for (const auto& s : specs) by_name[s.name] = &s;
   const std::vector<float> normal = normal_table(seed);

@@ -12,12 +12,12 @@
 
 namespace dil {
 
-// Every tensor of the schema, restricted to the backbone layers in `layers` (empty: all) and
-// without MTP/DSpark blocks. Generated on the host with all hardware threads.
+// Every tensor of the schema, restricted to the backbone layers in `layers` (empty: all), with
+// the MTP/DSpark blocks when `with_mtp`. Generated on the host with all hardware threads.
 // Routed experts outside [expert_lo, expert_hi) are left out (expert parallelism: a rank
 // generates only the experts it holds; expert_hi < 0: all). Every expert's values do not depend
 // on which others are generated.
 SafeTensors make_dummy_checkpoint(const ModelConfig& cfg, const std::vector<int>& layers, uint64_t seed,
-                                  int expert_lo = 0, int expert_hi = -1);
+                                  int expert_lo = 0, int expert_hi = -1, bool with_mtp = false);
 
 }  // namespace dil

@@ -20,7 +20,17 @@ bool has_prefix(const SafeTensors& st, const std::string& prefix) {
 // The kernel plan for the model's op sites, resolved and installed before any weight is bound:
 // a request nothing can run fails here, naming the site and the unmet requirements.
 void plan_for(const ModelConfig& cfg, Backend& be, const ModelOptions& opt) {
-  be.install_plan(be.make_plan(model_op_sites(cfg, opt.numerics, opt.layers), opt.numerics));
+  be.install_plan(be.make_plan(model_op_sites(cfg, opt.numerics, opt.layers, opt.load_mtp), opt.numerics));
+}
+
+// ModelOptions::load_mtp needs a drafter this build runs and its weights.
+void check_drafter(const ModelConfig& cfg, bool has_weights, const ModelOptions& opt) {
+  if (!opt.load_mtp) return;
+  if (cfg.arch != Arch::V4)
+    DIL_FAIL(cfg.model_type, ": the DSpark drafter (mtp.0..2, model-spec §4.7) is not implemented yet");
+  if (cfg.n_mtp < 1) DIL_FAIL(cfg.model_type, ": config.json has no MTP layer (num_nextn_predict_layers 0)");
+  if (!has_weights) DIL_FAIL("the checkpoint has no mtp.0 tensors (V4's MTP layer, model-spec §2.2)");
+  if (opt.comm && opt.comm->size() > 1) DIL_FAIL("the MTP drafter does not run with expert parallelism yet");
 }
 
 // The model of `cfg` over `st`, binding its weights under a load meter (progress reports).
@@ -55,7 +65,8 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
       e_lo = int(int64_t(cfg.n_routed) * opt.comm->rank() / opt.comm->size());
       e_hi = int(int64_t(cfg.n_routed) * (opt.comm->rank() + 1) / opt.comm->size());
     }
-    st = std::make_unique<SafeTensors>(make_dummy_checkpoint(cfg, opt.layers, opt.seed, e_lo, e_hi));
+    check_drafter(cfg, true, opt);
+    st = std::make_unique<SafeTensors>(make_dummy_checkpoint(cfg, opt.layers, opt.seed, e_lo, e_hi, opt.load_mtp));
     // Engram layers need the tokenizer.json of a model folder (a bare config file has none:
     // the model then says so).
     const fs::path tok = fs::path(dir) / "tokenizer.json";
@@ -68,6 +79,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
   st = std::make_unique<SafeTensors>(SafeTensors::open(dir));
   // MTP / DSpark weights are validated (and later used) when the checkpoint carries them.
   const bool with_mtp = has_prefix(*st, "mtp.");
+  check_drafter(cfg, with_mtp, opt);
   ValidationReport rep = validate_checkpoint(*st, expected_tensors(cfg, with_mtp));
   if (!rep.ok()) {
     std::string msg = "checkpoint " + dir + " does not match its config.json (" + std::to_string(rep.errors.size()) +

@@ -19,7 +19,10 @@ class Communicator;  // dist/communicator.h
 
 struct ModelOptions {
   Numerics numerics = Numerics::Official;
-  bool load_mtp = true;
+  // Bind and run the model's drafter (V4: the MTP block mtp.0, model-spec §3.10) for speculative
+  // decoding: the checkpoint must carry it. Every forward then also runs the drafter's block over
+  // the step's tokens (its window ring, Model::draft), which costs one more layer per token.
+  bool load_mtp = false;
   // "safetensors": the checkpoint in the model folder. "dummy": random weights in the
   // official formats generated from config.json alone (benchmarks; `dir` may then be the
   // config file itself).
@@ -54,6 +57,15 @@ struct SeqChunk {
   std::vector<int32_t> blocks;
   bool want_logits = true;  // logits of the chunk's last token
   bool all_logits = false;  // logits of every token of the chunk (tools/tests)
+};
+
+// One sequence's draft request (Model::draft): the slot after a forward that computed every
+// position up to `pos`, and `token`, the sampled token at pos + 1 (not computed yet).
+struct DraftRequest {
+  int32_t slot = 0;
+  int32_t pos = 0;
+  int32_t token = 0;
+  int n = 1;  // draft tokens wanted (>= 1)
 };
 
 struct StepBatch {
@@ -105,6 +117,16 @@ class Model {
   // device (no host synchronisation; host-side state such as the Engram look-back is copied on
   // the host, in the same order). A slot restored from a copy continues where its source was.
   virtual void copy_cache(const std::vector<CacheCopy>& ops) = 0;
+  // Speculative decoding with the model's own drafter (loaded with ModelOptions::load_mtp): for
+  // every request, up to r.n greedy draft tokens for positions pos + 2, pos + 3, ... (*out)[i].
+  // Runs between forwards; reads the slot's state and leaves it unchanged.
+  // `logits` (tests): the drafter's logits of every step, [k, in.size(), vocab] f32 on the host
+  // (k = the largest r.n), for at most 64 requests.
+  virtual bool has_drafter() const { return false; }
+  virtual void draft(const std::vector<DraftRequest>& in, std::vector<std::vector<int32_t>>* out,
+                     std::vector<float>* logits = nullptr) {
+    DIL_FAIL("this model has no drafter loaded");
+  }
   // Benchmarks: per-module timing of the following steps (nullptr: off), and random contents
   // for every cache block and state slot (a synthesized long context).
   void set_profiler(StepProfiler* p) { prof_ = p; }
@@ -133,7 +155,9 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be, const Mod
 // the given backbone layers (empty: all): what the forward calls, layer kind by layer kind,
 // with the weight formats of the schema. The backends check every call against the installed
 // plan, so this list and the forward cannot drift apart unnoticed.
-std::vector<OpSite> model_op_sites(const ModelConfig& cfg, Numerics n, const std::vector<int>& layers = {});
+// `mtp`: also the drafter's sites (ModelOptions::load_mtp).
+std::vector<OpSite> model_op_sites(const ModelConfig& cfg, Numerics n, const std::vector<int>& layers = {},
+                                   bool mtp = false);
 // The config of a model folder, a config.json, or (load_format dummy) either.
 ModelConfig load_model_config(const std::string& dir_or_config);
 

@@ -16,8 +16,8 @@ namespace {
 
 class SiteList {
  public:
-  SiteList(const ModelConfig& cfg, Numerics n) : cfg_(cfg), n_(n), act_(activation_dtype(n)) {
-    for (TensorSpec& t : expected_tensors(cfg, /*with_mtp=*/false)) specs_.emplace(t.name, std::move(t));
+  SiteList(const ModelConfig& cfg, Numerics n, bool mtp = false) : cfg_(cfg), n_(n), act_(activation_dtype(n)) {
+    for (TensorSpec& t : expected_tensors(cfg, mtp)) specs_.emplace(t.name, std::move(t));
   }
   DType act() const { return act_; }
   int ab() const { return quantizes(n_) ? cfg_.act_block : 0; }
@@ -83,8 +83,8 @@ std::vector<int> layer_list(const ModelConfig& cfg, const std::vector<int>& laye
   return all;
 }
 
-std::vector<OpSite> v4_sites(const ModelConfig& cfg, Numerics n, const std::vector<int>& layers) {
-  SiteList s(cfg, n);
+std::vector<OpSite> v4_sites(const ModelConfig& cfg, Numerics n, const std::vector<int>& layers, bool mtp) {
+  SiteList s(cfg, n, mtp);
   const DType act = s.act();
   const int ab = s.ab();
   s.simple("embed", "embed");
@@ -118,6 +118,22 @@ std::vector<OpSite> v4_sites(const ModelConfig& cfg, Numerics n, const std::vect
   }
   s.simple("head", "hc_pre");  // the hc head's mix, collapse and final norm
   s.linear("head", "head", 0, act, DType::F32);
+  if (mtp) {
+    // The MTP block (model/v4_mtp.cpp): embed + enorm, hnorm per stream, e_proj / h_proj, the
+    // broadcast of e_proj over the streams (hc_expand) and the sum, a ratio-0 block, its own hc
+    // head and norm before the shared head.
+    const std::string p = "mtp.0.";
+    s.simple("MTP", "embed");
+    s.simple("MTP", "hc_expand");
+    s.linear("MTP e_proj", p + "e_proj", ab, act, act);
+    s.linear("MTP h_proj", p + "h_proj", ab, act, act);
+    s.linear("MTP attn.wq_a", p + "attn.wq_a", ab, act, act);
+    s.linear("MTP attn.wq_b", p + "attn.wq_b", ab, act, act);
+    s.linear("MTP attn.wkv", p + "attn.wkv", ab, act, act);
+    s.attention("MTP attention", 0, 0);
+    s.block_common("MTP", p, 0);
+    s.linear("MTP head", "head", 0, act, DType::F32);
+  }
   return s.take();
 }
 
@@ -177,8 +193,8 @@ std::vector<OpSite> v41_sites(const ModelConfig& cfg, Numerics n, const std::vec
 
 }  // namespace
 
-std::vector<OpSite> model_op_sites(const ModelConfig& cfg, Numerics n, const std::vector<int>& layers) {
-  return cfg.arch == Arch::V4 ? v4_sites(cfg, n, layers) : v41_sites(cfg, n, layers);
+std::vector<OpSite> model_op_sites(const ModelConfig& cfg, Numerics n, const std::vector<int>& layers, bool mtp) {
+  return cfg.arch == Arch::V4 ? v4_sites(cfg, n, layers, mtp && cfg.n_mtp > 0) : v41_sites(cfg, n, layers);
 }
 
 }  // namespace dil

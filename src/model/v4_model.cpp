@@ -30,6 +30,10 @@ V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, 
     bind_block(l, "layers." + std::to_string(L) + ".", cfg_.ratio(L), cfg_.is_hash_layer(L));
     l.rope = tables[l.ratio > 0 ? 1 : 0];
   }
+  if (opt.load_mtp) {
+    bind_mtp();
+    mtp_->block.rope = tables[0];
+  }
   binder_.end_load();
 }
 
@@ -64,6 +68,8 @@ CacheSpec V4Model::cache_spec(int block_tokens) const {
   cs.block_tokens = block_tokens;
   const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
   const size_t es = dtype_size(act_);
+  // MTP: its window ring and the streams of the last computed position (hidden).
+  if (mtp_) cs.bytes_per_slot += W * hd * es + size_t(cfg_.hc_mult) * size_t(cfg_.dim) * es;
   for (const Layer& l : layers_) {
     cs.bytes_per_slot += W * hd * es;
     if (l.ratio == 0) continue;
@@ -83,6 +89,11 @@ void V4Model::allocate_cache(int n_blocks, int n_slots, int block_tokens) {
   cache_ = {n_blocks, n_slots, block_tokens};
   const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
   const size_t es = dtype_size(act_);
+  if (mtp_) {
+    mtp_->block.ring_slots = n_slots + kDraftSlots;
+    mtp_->block.ring = be_.alloc(size_t(n_slots + kDraftSlots) * W * hd * es);
+    mtp_->hidden = be_.alloc(size_t(n_slots) * size_t(cfg_.hc_mult) * size_t(cfg_.dim) * es);
+  }
   for (Layer& l : layers_) {
     l.ring = be_.alloc(size_t(n_slots) * W * hd * es);
     if (l.ratio == 0) continue;
@@ -168,7 +179,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
   AttnArgs a;
   a.q = q;
   a.kv_new = kv;
-  a.ring = l.ring.as(act_, {cache_.n_slots, cfg_.window, hd});
+  a.ring = l.ring.as(act_, {l.ring_slots ? l.ring_slots : cache_.n_slots, cfg_.window, hd});
   a.sink = l.sink;
   a.scale = float(1.0 / std::sqrt(double(hd)));
   a.window = cfg_.window;
@@ -283,6 +294,10 @@ void V4Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tenso
     be_.hc_post(f, X, post, comb, X2);
     std::swap(X, X2);
   }
+  if (mtp_) {
+    ProfileScope ps(prof_, "mtp");
+    mtp_after_step(batch, m, X, step);
+  }
 
   ProfileScope head_scope(prof_, "embed+head");
   // Rows that need logits.
@@ -309,7 +324,14 @@ namespace dil {
 // Random contents for every cache buffer: a synthesized long context for the benchmarks.
 // Compressor scores stay finite so that a partially filled window pools real numbers.
 void V4Model::randomize_cache(uint64_t seed) {
-  for (Layer& l : layers_) {
+  std::vector<Layer*> all;
+  for (Layer& l : layers_) all.push_back(&l);
+  if (mtp_) {
+    all.push_back(&mtp_->block);
+    fill_uniform(be_, mtp_->hidden, seed++, act_);
+  }
+  for (Layer* lp : all) {
+    Layer& l = *lp;
     for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows}) fill_uniform(be_, *b, seed++, act_);
     for (Buffer* b : {&l.cstate_kv, &l.cstate_score, &l.istate_kv, &l.istate_score}) fill_uniform(be_, *b, seed++);
     if (!official_) continue;

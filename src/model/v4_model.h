@@ -24,6 +24,10 @@ class V4Model : public Model {
   Tensor forward_device(const StepBatch& batch) override;
   void copy_cache(const std::vector<CacheCopy>& ops) override;  // model/cache_copy.cpp
   void randomize_cache(uint64_t seed) override;
+  // V4's MTP drafter (model/v4_mtp.cpp, model-spec §3.10), with ModelOptions::load_mtp.
+  bool has_drafter() const override { return mtp_ != nullptr; }
+  void draft(const std::vector<DraftRequest>& in, std::vector<std::vector<int32_t>>* out,
+             std::vector<float>* logits = nullptr) override;
 
  private:
   using Hc = HcWeights;
@@ -41,7 +45,22 @@ class V4Model : public Model {
     Tensor gate_bias, tid2eid;
     // cache
     Buffer ring, comp_rows, idx_rows, cstate_kv, cstate_score, istate_kv, istate_score;
+    int ring_slots = 0;  // rows of `ring` when it has more than the cache's slots (MTP: + draft slots)
   };
+  // The MTP block `mtp.0` (model-spec §2.2, §3.10) and its per-slot state.
+  struct Mtp {
+    Layer block;  // ratio 0, bias routing; block.ring [n_slots + kDraftSlots, W, hd]
+    Weight e_proj, h_proj;
+    Tensor enorm, hnorm, norm;
+    Hc hc_head;
+    // [n_slots, n, D] activations: the target's final residual streams (before hc_head) at each
+    // slot's last computed position, the input of the MTP pair (X_p, token p+1) the next step or
+    // draft needs.
+    Buffer hidden;
+  };
+  // Chains of draft steps run in these extra ring rows (copies of the sequences' rings), so that
+  // a draft never touches a slot: at most this many sequences per chain (more: several chains).
+  static constexpr int kDraftSlots = 64;
   struct Cache { int n_blocks = 0, n_slots = 0, block_tokens = 0; };
 
   void bind_block(Layer& l, const std::string& prefix, int ratio, bool hash);
@@ -53,6 +72,17 @@ class V4Model : public Model {
   // forward / forward_device: logits downloaded into `host`, or left on the device in *dev.
   void run_step(const StepBatch& batch, std::vector<float>* host, Tensor* dev);
   void forward_idle(const ExpertParallel::Step& ep);  // a rank with no tokens joins every MoE collective
+  // MTP (model/v4_mtp.cpp).
+  void bind_mtp();
+  // The block over pairs (H [T, n, D] target streams at positions m.tok_pos, ids [T] the tokens
+  // one position later): its output streams [T, n, D]; writes its ring rows (slots m.h_slot).
+  Tensor mtp_block(const Tensor& H, const Tensor& ids, const StepMeta& m, Scratch& s);
+  // After the backbone of a step (X [T, n, D] its final streams): the MTP block over every pair
+  // the step completes -- (X_{p-1}, token p) for each computed token p > 0, X_{p-1} from the
+  // slot's `hidden` for a chunk's first token -- then `hidden` = the chunk's last row.
+  void mtp_after_step(const StepBatch& batch, const StepMeta& m, const Tensor& X, Scratch& s);
+  void draft_chain(const DraftRequest* in, int S, int k, std::vector<std::vector<int32_t>>* out,
+                   std::vector<float>* logits);
   // mHC pre of a sublayer and the norm after it (one fused op): xn = norm(collapse(X)).
   void hc_pre(const Tensor& X, const Hc& hc, const Tensor& norm_w, Tensor xn, Tensor post, Tensor comb, Scratch& s);
 
@@ -73,6 +103,7 @@ class V4Model : public Model {
   std::vector<Buffer> rope_bufs_;
   Cache cache_;
   ExpertParallel ep_;  // routed experts held by this rank, the EP collectives
+  std::unique_ptr<Mtp> mtp_;  // null unless ModelOptions::load_mtp
 };
 
 }  // namespace dil

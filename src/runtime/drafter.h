@@ -22,6 +22,7 @@ struct DraftInput {
   std::span<const int32_t> tokens;   // prompt + generated so far; the last one is not computed yet
   int prompt_len = 0;
   int max_tokens = 0;                // propose at most this many (>= 1)
+  int32_t slot = -1;                 // the model's state slot (every token but the last computed)
 };
 
 class Drafter {

@@ -626,7 +626,8 @@ void EngineImpl::propose_drafts() {
   in.reserve(seqs.size());
   for (Sequence* s : seqs)
     in.push_back({s->id, s->request_id, s->tokens, s->prompt_len,
-                  std::min(drafter_->max_draft_tokens(), s->stop.max_tokens - s->num_generated() - 1)});
+                  std::min(drafter_->max_draft_tokens(), s->stop.max_tokens - s->num_generated() - 1),
+                  kv_->slot(s->id)});
   std::vector<std::vector<int32_t>> out;
   drafter_->propose(in, &out);
   DIL_CHECK(out.size() == in.size(), "drafter returned ", out.size(), " proposals for ", in.size(), " sequences");

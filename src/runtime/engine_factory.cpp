@@ -2,6 +2,7 @@
 // engine (and its tests with a fake model) builds without the model loader.
 #include "core/check.h"
 #include "runtime/engine_internal.h"
+#include "runtime/model_drafter.h"
 #include "runtime/ngram_drafter.h"
 
 namespace dil {
@@ -14,11 +15,16 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& opts, const ModelConf
   if (opts.num_speculative_tokens < 1)
     DIL_FAIL("num_speculative_tokens must be >= 1 with speculative decoding, got ", opts.num_speculative_tokens);
   if (m == "ngram") return std::make_unique<NgramDrafter>(opts.num_speculative_tokens);
-  if (m == "mtp" || m == "dspark") {
-    const char* want = m == "mtp" ? "V4's MTP layer (mtp.0)" : "V4.1's DSpark drafter (mtp.0..2)";
-    DIL_FAIL("speculative '", m, "': ", want, " is not implemented yet (", cfg.model_type,
-             "); use 'ngram' or 'off'");
+  // The model's own drafter: made by build() once the model (which runs it) is loaded.
+  if (m == "mtp") {
+    if (cfg.arch != Arch::V4 || cfg.n_mtp < 1)
+      DIL_FAIL("speculative 'mtp' needs V4's MTP layer (mtp.0); ", cfg.model_type, " has ",
+               cfg.arch == Arch::V4 ? "num_nextn_predict_layers 0" : "DSpark stages instead (--speculative dspark)");
+    return nullptr;
   }
+  if (m == "dspark")
+    DIL_FAIL("speculative 'dspark': V4.1's DSpark drafter (mtp.0..2) is not implemented yet (", cfg.model_type,
+             "); use 'mtp' (V4), 'ngram' or 'off'");
   DIL_FAIL("unknown speculative method '", m, "' (off, ngram, mtp, dspark)");
 }
 
@@ -31,10 +37,11 @@ std::unique_ptr<Engine> build(const EngineOptions& opts, std::unique_ptr<Drafter
   auto backend = make_backend(parse_backend_kind(opts.device), opts.device_index);
   ModelOptions mo;
   mo.numerics = parse_numerics(opts.numerics);
-  // The drafter weights (mtp.*) are bound only by the drafters that run them (none yet).
-  mo.load_mtp = false;
+  // The drafter weights (mtp.*) are bound only when the drafter that runs them is asked for.
+  mo.load_mtp = from_opts && opts.speculative == "mtp";
   mo.on_progress = opts.on_load_progress;
   auto model = load_model(opts.model_dir, *backend, mo);
+  if (mo.load_mtp) drafter = std::make_unique<ModelDrafter>(*model, opts.num_speculative_tokens);
   return make_engine_with_model(opts, std::move(model), std::move(backend), nullptr, nullptr, std::move(drafter));
 }
 

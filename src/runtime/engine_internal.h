@@ -43,7 +43,8 @@ std::unique_ptr<Engine> make_engine_with_model(const EngineOptions& opts, std::u
                                                Backend* memory = nullptr, std::unique_ptr<Drafter> drafter = nullptr);
 // make_engine with a given drafter (tests: oracle and random proposers on the real model).
 std::unique_ptr<Engine> make_engine_with_drafter(const EngineOptions& opts, std::unique_ptr<Drafter> drafter);
-// The drafter opts.speculative names ("off": null), for a model of `vocab` tokens.
+// The drafter opts.speculative names, for a model of config `cfg` (null for "off", and for "mtp":
+// the model runs that one, made once it is loaded).
 std::unique_ptr<Drafter> make_drafter(const EngineOptions& opts, const ModelConfig& cfg);
 
 // Pool geometry for `opts` and a model's cache spec (the engine's start-up arithmetic,

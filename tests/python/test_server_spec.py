@@ -53,3 +53,14 @@ def test_unknown_method_is_refused():
                        timeout=60)
     assert r.returncode != 0
     assert "--speculative" in r.stderr
+
+
+def test_mtp_without_the_mtp_layer_is_refused():
+    # The bundled tiny-v4 has no mtp.0 (num_nextn_predict_layers 0): a clear error at start, not a
+    # server without its drafter. (The MTP drafter itself: test_runtime SpecDecode.Mtp*.)
+    require_serve()
+    binary = os.environ.get("DIL_BIN", DEFAULT_BIN)
+    r = subprocess.run([binary, "serve", "--speculative", "mtp", "--port", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0
+    assert "MTP layer" in r.stderr, r.stderr

@@ -90,6 +90,13 @@ std::map<std::string, std::vector<int32_t>> continuations(const std::vector<GenR
   return m;
 }
 
+// The drafter fixtures (tests/data/make_drafter_fixtures.sh): $DIL_DRAFTER_DATA (scripts/gpu-check
+// makes them next to its logs) or the build folder's (CTest's set-up test drafter_fixtures).
+std::string drafter_data(const std::string& fixture) {
+  const char* env = std::getenv("DIL_DRAFTER_DATA");
+  return std::string(env && *env ? env : DIL_DRAFTER_DATA) + "/" + fixture;
+}
+
 EngineOptions options(const std::string& fixture) {
   EngineOptions o;
   o.model_dir = std::string(DIL_SOURCE_DIR) + "/tests/data/" + fixture;
@@ -378,6 +385,97 @@ TEST(SpecDecode, SampledTokenFollowsTheTargetDistribution) {
   EXPECT_LT(chi2, crit);
 }
 
+// V4's MTP drafter (--speculative mtp) on v4-tiny with random mtp.0 weights (the drafter fixture
+// made at test set-up): the outputs of the non-speculative engine on the same checkpoint, for 16
+// requests at once (greedy and seeded sampling, penalties, logprobs), each request alone, and
+// under KV pressure with preemption and a 24-token budget. The drafter's own correctness is
+// tests/model/test_v4_mtp.cpp; its acceptance on random weights is printed (expected near 0:
+// an untrained MTP head guesses).
+TEST(SpecDecode, MtpSameOutputs) {
+  EngineOptions o = options("v4-tiny");
+  o.model_dir = drafter_data("v4-tiny");
+  const auto reqs = spec_requests();
+  const auto want = run_together(*make_engine(o), reqs);
+  for (int k : {3}) {  // (a chain of 1: tests/model/test_v4_mtp.cpp)
+    SCOPED_TRACE(k);
+    EngineOptions so = o;
+    so.speculative = "mtp";
+    so.num_speculative_tokens = k;
+    auto e = make_engine(so);
+    expect_same(run_together(*e, reqs), want);
+    const EngineStats s = e->stats();
+    print_stats("mtp k=3", s);
+    EXPECT_GT(s.spec_decode_num_drafts, 0);
+    // Up to k per verify (fewer near max_tokens).
+    EXPECT_LE(s.spec_decode_num_draft_tokens, s.spec_decode_num_drafts * k);
+    EXPECT_GT(s.spec_decode_num_draft_tokens, s.spec_decode_num_drafts * (k - 1));
+    expect_pool_empty(*e);
+  }
+  EngineOptions so = o;
+  so.speculative = "mtp";
+  so.num_speculative_tokens = 2;
+  {
+    const std::vector<GenRequest> few(reqs.begin(), reqs.begin() + 4);
+    const std::vector<Result> want_few(want.begin(), want.begin() + 4);
+    auto e = make_engine(so);
+    expect_same(run_alone(*e, few), want_few);
+    EXPECT_GT(e->stats().spec_decode_num_drafts, 0);
+  }
+  so.kv_blocks = 3;
+  so.max_num_batched_tokens = 24;
+  auto e = make_engine(so);
+  expect_same(run_together(*e, reqs), want);
+  print_stats("mtp pressure", e->stats());
+  EXPECT_GE(e->stats().preemptions, 1);
+  EXPECT_GT(e->stats().spec_decode_num_drafts, 0);
+  expect_pool_empty(*e);
+}
+
+TEST(SpecDecode, MtpWithPrefixCacheHits) {
+  // Requests sharing a 260-token prefix, one after another: the later ones start from the cached
+  // prefix's snapshot, whose slot carries the MTP's ring and the streams of the prefix's last
+  // position (the MTP's next pair reads them). The outputs are those without speculation.
+  EngineOptions o = options("v4-tiny");
+  o.model_dir = drafter_data("v4-tiny");
+  o.max_model_len = 320;
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 3; ++i) {
+    GenRequest r;
+    r.id = "p" + std::to_string(i);
+    for (int p = 0; p < 260; ++p) r.prompt.push_back(int32_t((p * 11 + 5) % 1024));
+    for (int p = 0; p < 3 + i; ++p) r.prompt.push_back(int32_t(100 + 17 * i + p));
+    r.stop.max_tokens = 14;
+    r.stop.ignore_eos = true;
+    r.sampling.temperature = i == 1 ? 0.7f : 0.0f;
+    r.sampling.seed = 9 + i;
+    reqs.push_back(r);
+  }
+  const auto want = run_alone(*make_engine(o), reqs);
+  o.speculative = "mtp";
+  o.num_speculative_tokens = 3;
+  auto e = make_engine(o);
+  expect_same(run_alone(*e, reqs), want);
+  EXPECT_GT(e->stats().prefix_cache_hits, 0);
+  EXPECT_GT(e->stats().spec_decode_num_drafts, 0);
+}
+
+TEST(SpecDecode, MtpSeededRunsRepeat) {
+  // Seeded sampling with the MTP drafter: the same request twice gives the same tokens.
+  EngineOptions o = options("v4-tiny");
+  o.model_dir = drafter_data("v4-tiny");
+  o.speculative = "mtp";
+  o.num_speculative_tokens = 3;
+  auto reqs = spec_requests();
+  reqs.resize(6);
+  for (auto& r : reqs) {
+    r.sampling.temperature = 0.9f;
+    r.sampling.seed = 4242;
+  }
+  const auto a = run_together(*make_engine(o), reqs);
+  const auto b = run_together(*make_engine(o), reqs);
+  expect_same(a, b);
+}
+
 TEST(SpecDecode, OptionsAreChecked) {
   EngineOptions o = options("v4-tiny");
   o.speculative = "eagle";
@@ -385,8 +483,13 @@ TEST(SpecDecode, OptionsAreChecked) {
   o.speculative = "ngram";
   o.num_speculative_tokens = 0;
   EXPECT_THROW(make_engine(o), Error);
+  // mtp on a checkpoint without mtp.0, on V4.1 (DSpark stages); dspark is not implemented.
   o.speculative = "mtp";
   o.num_speculative_tokens = 2;
+  EXPECT_THROW(make_engine(o), Error);
+  o.model_dir = drafter_data("v41-tiny");
+  EXPECT_THROW(make_engine(o), Error);
+  o.speculative = "dspark";
   EXPECT_THROW(make_engine(o), Error);
 }
 

@@ -1,0 +1,22 @@
+// The model's own drafter as the engine's proposer (--speculative mtp: V4's MTP layer,
+// model-spec §3.10; model/v4_mtp.cpp runs it). Every drafting sequence has all its tokens but
+// the last computed, so its slot holds the state after position len - 2 and the draft starts
+// from the pair (that position's streams, the last token): Model::draft.
+#pragma once
+#include "model/model.h"
+#include "runtime/drafter.h"
+
+namespace dil::runtime {
+
+class ModelDrafter final : public Drafter {
+ public:
+  ModelDrafter(Model& model, int k) : model_(model), k_(k) {}
+  int max_draft_tokens() const override { return k_; }
+  void propose(std::span<const DraftInput> in, std::vector<std::vector<int32_t>>* out) override;
+
+ private:
+  Model& model_;  // the engine's model (it owns both)
+  int k_;
+};
+
+}  // namespace dil::runtime
