@@ -108,18 +108,30 @@ DIL_HD uint64_t draw_target(uint64_t bits53, uint64_t total) {
   return hi << 11 | lo >> 53;
 }
 
-// exp(d) for d <= 0 from + - * / alone: Cody-Waite reduction d = k ln2 + r (fdlibm's split
+// exp(d) for d <= 0 from + and * alone: Cody-Waite reduction d = k ln2 + r (fdlibm's split
 // ln 2, k ln2_hi exact for |k| < 2^20), |r| <= ln2/2, then the Taylor series to degree 13 in
-// Horner form 1 + r/1 (1 + r/2 (1 + ...)) (truncation < 2^-56 relative), times 2^k. Its
-// accuracy (a few ulps) does not matter; that host and device produce the same bits does.
-// d < -45 returns 0 (every weight below 2^-64, so 0 whatever F).
+// Horner form 1 + r/1 (1 + r/2 (1 + ...)) (truncation < 2^-56 relative), times 2^k. r/n is
+// r * (1/n) with 1/n a correctly rounded constant (one more rounding per step than a division,
+// a few ulps in all): a double division is ~10 FP64 instructions on the GPU and the weights
+// are the device sampler's main arithmetic. Its accuracy (a few ulps) does not matter; that
+// host and device produce the same bits does. d < -45 returns 0 (every weight below 2^-64,
+// so 0 whatever F).
 DIL_HD double exp_nonpos(double d) {
   if (!(d >= -45.0)) return 0.0;
   const double kInvLn2 = 1.4426950408889634, kLn2Hi = 6.93147180369123816490e-01, kLn2Lo = 1.90821492927058770002e-10;
   const double kd = floor(dadd(dmul(d, kInvLn2), 0.5));  // exact on both sides
   const double r = dadd(dadd(d, -dmul(kd, kLn2Hi)), -dmul(kd, kLn2Lo));
+  // 1/n for n = 1..13, correctly rounded (Python's (1.0 / n).hex()).
+  const double inv[14] = {0.0,
+                          0x1.0000000000000p+0, 0x1.0000000000000p-1, 0x1.5555555555555p-2, 0x1.0000000000000p-2,
+                          0x1.999999999999ap-3, 0x1.5555555555555p-3, 0x1.2492492492492p-3, 0x1.0000000000000p-3,
+                          0x1.c71c71c71c71cp-4, 0x1.999999999999ap-4, 0x1.745d1745d1746p-4, 0x1.5555555555555p-4,
+                          0x1.3b13b13b13b14p-4};
   double p = 1.0;
-  for (int n = 13; n >= 1; --n) p = dadd(1.0, dmul(ddiv(r, double(n)), p));
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int n = 13; n >= 1; --n) p = dadd(1.0, dmul(dmul(r, inv[n]), p));
   return dmul(p, pow2(int(kd)));
 }
 

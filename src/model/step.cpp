@@ -15,7 +15,58 @@ Tensor upload_i32(const std::vector<int32_t>& v, Backend& be, std::vector<Buffer
   return t;
 }
 
-StepPlan plan_step(const StepBatch& batch, int block_tokens, Backend& be) {
+int StepStaging::add(const std::vector<int32_t>& v) {
+  const int64_t off = int64_t(host_.size());
+  host_.insert(host_.end(), v.begin(), v.end());
+  host_.resize(size_t((int64_t(host_.size()) + 15) / 16 * 16), 0);  // 64-byte aligned views
+  at_.push_back({off, int64_t(v.size())});
+  return int(at_.size()) - 1;
+}
+
+void StepStaging::upload(Backend& be, std::vector<Buffer>* storage) {
+  if (host_.empty()) host_.resize(16, 0);
+  Buffer b = be.alloc(host_.size() * 4);
+  be.upload(Tensor(b.data(), DType::I32, {int64_t(host_.size())}, be.device()), host_.data());
+  dev_ = b.data();
+  device_ = be.device();
+  storage->push_back(std::move(b));
+}
+
+Tensor StepStaging::tensor(int h) const {
+  DIL_CHECK(dev_ && h >= 0 && h < int(at_.size()), "StepStaging: tensor before upload");
+  return Tensor(static_cast<int32_t*>(dev_) + at_[size_t(h)].first, DType::I32, {at_[size_t(h)].second}, device_);
+}
+
+namespace {
+
+struct MetaHandles {
+  int q_start, len, start_pos, slot, tok_pos, tok_seq, block_table;
+};
+
+MetaHandles stage_meta(const StepMeta& m, StepStaging& st) {
+  return {st.add(m.h_q_start), st.add(m.h_len), st.add(m.h_start_pos), st.add(m.h_slot),
+          st.add(m.h_tok_pos), st.add(m.h_tok_seq), st.add(m.h_block_table)};
+}
+
+void bind_meta(StepMeta& m, const MetaHandles& h, const StepStaging& st) {
+  m.q_start = st.tensor(h.q_start);
+  m.len = st.tensor(h.len);
+  m.start_pos = st.tensor(h.start_pos);
+  m.slot = st.tensor(h.slot);
+  m.tok_pos = st.tensor(h.tok_pos);
+  m.tok_seq = st.tensor(h.tok_seq);
+  m.block_table = st.tensor(h.block_table).view({m.n_seqs, m.max_blocks});
+}
+
+}  // namespace
+
+const EmitPlan& StepPlan::emit(int ratio) const {
+  for (const auto& [r, e] : emits)
+    if (r == ratio) return e;
+  DIL_FAIL("plan_step did not plan the emits of ratio ", ratio);
+}
+
+StepPlan plan_step(const StepBatch& batch, int block_tokens, Backend& be, const std::vector<int>& emit_ratios) {
   StepPlan p;
   StepMeta& m = p.meta;
   m.n_seqs = int(batch.seqs.size());
@@ -42,22 +93,39 @@ StepPlan plan_step(const StepBatch& batch, int block_tokens, Backend& be) {
   }
   m.n_tokens = q;
   DIL_CHECK(size_t(q) == batch.tokens.size(), "tokens (", batch.tokens.size(), ") != sum of chunk lengths (", q, ")");
-  upload_meta(m, be, &p.storage);
-  p.ids = upload_i32(batch.tokens, be, &p.storage);
+  StepStaging st;
+  const MetaHandles mh = stage_meta(m, st);
+  const int ids = st.add(batch.tokens);
+  std::vector<std::array<int, 3>> eh;  // per planned ratio: seq, row, pos handles
+  for (int r : emit_ratios) {
+    if (r <= 0) continue;
+    bool dup = false;
+    for (const auto& e : p.emits) dup = dup || e.first == r;
+    if (dup) continue;
+    p.emits.push_back({r, plan_emits_host(m, r)});
+    const EmitPlan& e = p.emits.back().second;
+    eh.push_back({st.add(e.h_seq), st.add(e.h_row), st.add(e.h_pos)});
+  }
+  st.upload(be, &p.storage);
+  bind_meta(m, mh, st);
+  p.ids = st.tensor(ids);
+  for (size_t i = 0; i < p.emits.size(); ++i) {
+    EmitPlan& e = p.emits[i].second;
+    e.seq = st.tensor(eh[i][0]);
+    e.row = st.tensor(eh[i][1]);
+    e.pos = st.tensor(eh[i][2]);
+  }
   return p;
 }
 
-void upload_meta(StepMeta& m, Backend& be, std::vector<Buffer>* st) {
-  m.q_start = upload_i32(m.h_q_start, be, st);
-  m.len = upload_i32(m.h_len, be, st);
-  m.start_pos = upload_i32(m.h_start_pos, be, st);
-  m.slot = upload_i32(m.h_slot, be, st);
-  m.tok_pos = upload_i32(m.h_tok_pos, be, st);
-  m.tok_seq = upload_i32(m.h_tok_seq, be, st);
-  m.block_table = upload_i32(m.h_block_table, be, st).view({m.n_seqs, m.max_blocks});
+void upload_meta(StepMeta& m, Backend& be, std::vector<Buffer>* storage) {
+  StepStaging st;
+  const MetaHandles mh = stage_meta(m, st);
+  st.upload(be, storage);
+  bind_meta(m, mh, st);
 }
 
-EmitPlan plan_emits(const StepMeta& m, int ratio, Backend& be, std::vector<Buffer>* storage) {
+EmitPlan plan_emits_host(const StepMeta& m, int ratio) {
   EmitPlan e;
   for (int s = 0; s < m.n_seqs; ++s) {
     int begin = m.h_start_pos[size_t(s)], end = begin + m.h_len[size_t(s)];
@@ -70,9 +138,17 @@ EmitPlan plan_emits(const StepMeta& m, int ratio, Backend& be, std::vector<Buffe
     }
   }
   e.n = int(e.h_seq.size());
-  e.seq = upload_i32(e.h_seq, be, storage);
-  e.row = upload_i32(e.h_row, be, storage);
-  e.pos = upload_i32(e.h_pos, be, storage);
+  return e;
+}
+
+EmitPlan plan_emits(const StepMeta& m, int ratio, Backend& be, std::vector<Buffer>* storage) {
+  EmitPlan e = plan_emits_host(m, ratio);
+  StepStaging st;
+  const int a = st.add(e.h_seq), b = st.add(e.h_row), c = st.add(e.h_pos);
+  st.upload(be, storage);
+  e.seq = st.tensor(a);
+  e.row = st.tensor(b);
+  e.pos = st.tensor(c);
   return e;
 }
 
@@ -96,6 +172,15 @@ std::vector<int64_t> logit_rows(const StepBatch& batch, const StepMeta& m) {
     }
   }
   return rows;
+}
+
+void copy_rows(Backend& be, const Tensor& src, const std::vector<int64_t>& rows, Tensor dst) {
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i + 1;
+    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+    be.copy(dst.rows(int64_t(i), int64_t(j)), src.rows(rows[i], rows[i] + int64_t(j - i)));
+    i = j;
+  }
 }
 
 std::array<RopeTable, 2> make_rope_tables(const ModelConfig& cfg, Backend& be, std::vector<Buffer>* storage) {

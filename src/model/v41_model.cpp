@@ -142,10 +142,11 @@ void V41Model::allocate_cache(int n_blocks, int n_slots, int block_tokens) {
 
 // A kv source's compressor (model-spec §4.3): pre-RoPE latents of the windows completing in
 // this step; from them the indexer keys and the main compressed rows of the whole group.
-void V41Model::write_source_rows(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s) {
+void V41Model::write_source_rows(Layer& l, const Tensor& x, const StepPlan& p, Scratch& s) {
+  const StepMeta& m = p.meta;
   const int64_t T = x.size(0), hd = cfg_.head_dim, di = cfg_.index_head_dim;
   const int ratio = l.ratio, rpb = cache_.block_tokens / ratio;
-  EmitPlan plan = plan_emits(m, ratio, be_, s.storage());
+  const EmitPlan& plan = p.emit(ratio);  // planned (and uploaded) with the step
   Tensor a = s.f32({T, hd});  // f32: the compressor's projections and pooling run in fp32
   be_.linear(x, l.cwkv, 0, a);
   Tensor latent;  // [plan.n, hd] activation
@@ -365,7 +366,10 @@ void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tens
       return;
     }
   }
-  StepPlan p = plan_step(batch, cache_.block_tokens, be_);
+  std::vector<int> ratios;  // every kv source's emits planned with the step
+  for (const Layer& l : layers_)
+    if (l.active && l.kv_source) ratios.push_back(l.ratio);
+  StepPlan p = plan_step(batch, cache_.block_tokens, be_, ratios);
   const StepMeta& m = p.meta;
   const int64_t T = m.n_tokens, D = cfg_.dim, n = cfg_.hc_mult;
   for (int sq = 0; sq < m.n_seqs; ++sq) {
@@ -374,6 +378,14 @@ void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tens
     if (p0 == 0) hist_[size_t(slot)].clear();
     else DIL_CHECK(hist_next_[size_t(slot)] == p0 || hist_next_[size_t(slot)] == kSynthetic, "slot ", slot,
                    " continues at ", p0, " but its state ends at ", hist_next_[size_t(slot)]);
+  }
+
+  if (T > one_hot_rows_) {  // before the step's first kernel (step.h: no upload mid-forward)
+    one_hot_rows_ = std::max(T, 2 * one_hot_rows_);
+    std::vector<float> h(size_t(one_hot_rows_ * n), 0.0f);  // [rows, n]
+    for (int64_t t = 0; t < one_hot_rows_; ++t) h[size_t(t * n)] = 1.0f;
+    one_hot_ = be_.alloc(h.size() * 4);
+    be_.upload(Tensor(one_hot_.data(), DType::F32, {one_hot_rows_, n}, be_.device()), h.data());
   }
 
   auto other = std::make_unique<ProfileScope>(prof_, "embed+head");
@@ -386,11 +398,7 @@ void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tens
   // Single-pass mHC: each sublayer collapses with the previous sublayer's pre; the first
   // attention collapses stream 0 alone.
   Tensor pre_mix = step.f32({T, n}), a_pre = step.f32({T, n}), f_pre = step.f32({T, n});
-  {
-    std::vector<float> one_hot(size_t(T * n), 0.0f);
-    for (int64_t t = 0; t < T; ++t) one_hot[size_t(t * n)] = 1.0f;
-    be_.upload(pre_mix, one_hot.data());
-  }
+  be_.copy(pre_mix, Tensor(one_hot_.data(), DType::F32, {T, n}, be_.device()));
   const int64_t K = std::max(cfg_.index_topk, 1), CK = std::max(cfg_.candidate_topk_blocks, 1);
   Shared sh{step.i32({T, K}), step.i32({T, CK})}, sh2;  // sh2: gather targets, made when replay narrows
   bool sel_set = false, cand_set = false;  // written by an index / candidate source in this step
@@ -454,7 +462,7 @@ void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tens
     if (l.kv_source) {  // compressed rows and indexer keys of every token, before any layer reads them
       DIL_CHECK(cur == whole, "layer ", l.index, " is a kv source but replay narrowed its rows");
       ProfileScope ps(prof_, "compressors");
-      write_source_rows(l, xn, m, s);
+      write_source_rows(l, xn, p, s);
     }
     if (ls.trims()) {
       // Rows whose window row the next rows' attention (or the next step) reads, but whose
@@ -521,11 +529,8 @@ void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tens
   if (R == 0) return;
   // No hc head: collapse with the last sublayer's pre, final norm, fp32 head.
   Tensor Xh = act(step, {R, n, D}), ph = step.f32({R, n});
-  for (int64_t i = 0; i < R; ++i) {
-    const int64_t r = rows[size_t(i)];
-    be_.copy(Xh.rows(i, i + 1), X.rows(r, r + 1));
-    be_.copy(ph.rows(i, i + 1), pre_mix.rows(r, r + 1));
-  }
+  copy_rows(be_, X, rows, Xh);
+  copy_rows(be_, pre_mix, rows, ph);
   Tensor h = act(step, {R, D}), hn = act(step, {R, D});
   Tensor lg = dev ? device_logits(be_, R, cfg_.vocab_size) : step.f32({R, cfg_.vocab_size});  // [R, V] f32
   be_.hc_collapse(Xh, ph, h);

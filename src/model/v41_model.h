@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "model/replay.h"
 #include "model/scratch.h"
+#include "model/step.h"
 #include "model/weights.h"
 
 namespace dil {
@@ -68,7 +69,7 @@ class V41Model : public Model {
   void bind_layer(Layer& l, int L);
   Tensor attention(Layer& l, const Tensor& x, const StepMeta& m, Shared& sh, Scratch& s);
   Tensor window_rows(Layer& l, const Tensor& x, const Tensor& pos, Scratch& s);
-  void write_source_rows(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s);
+  void write_source_rows(Layer& l, const Tensor& x, const StepPlan& p, Scratch& s);
   Tensor moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, Scratch& s);
   MoeExpertsArgs experts_args(Layer& l) const;  // this rank's expert lists and MoE numerics
   // forward / forward_device: logits downloaded into `host`, or left on the device in *dev.
@@ -100,6 +101,11 @@ class V41Model : public Model {
   // Engram look-back per slot: the token ids of the last max_ngram-1 positions (host).
   std::vector<std::vector<int32_t>> hist_;
   std::vector<int32_t> hist_next_;  // [n_slots] position the history ends at
+  // [one_hot_rows_, hc_mult] f32 rows (1, 0, .., 0): the first sublayer's collapse weights,
+  // copied on the device each step (grown, by an upload before the step's first kernel, when
+  // a step has more rows than any before).
+  Buffer one_hot_;
+  int64_t one_hot_rows_ = 0;
   static constexpr int32_t kSynthetic = -1;  // randomize_cache: any continuation position
 };
 

@@ -120,7 +120,8 @@ void V4Model::hc_pre(const Tensor& X, const Hc& hc, const Tensor& norm_w, Tensor
 }
 
 void V4Model::compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Buffer& sscore, Buffer& rows_cache,
-                       int dc, bool indexer, const StepMeta& m, Scratch& s) {
+                       int dc, bool indexer, const StepPlan& p, Scratch& s) {
+  const StepMeta& m = p.meta;
   const int64_t T = x.size(0);
   const int ratio = l.ratio, coff = c.overlap ? 2 : 1, srows = coff * ratio;
   const int rpb = cache_.block_tokens / ratio;
@@ -128,7 +129,7 @@ void V4Model::compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Bu
   Tensor st_sc = sscore.as(DType::F32, {cache_.n_slots, srows, coff * dc});
   std::vector<int32_t> fresh = fresh_slots(m);
   if (!fresh.empty()) be_.reset_state(st_kv, st_sc, fresh);
-  EmitPlan plan = plan_emits(m, ratio, be_, s.storage());
+  const EmitPlan& plan = p.emit(ratio);  // planned (and uploaded) with the step
   // The pooling runs in f32 (official: x.float() times f32 weights); the pooled row is then an
   // activation (bf16(pooled) in fast numerics).
   Tensor a = s.f32({T, coff * dc}), g = s.f32({T, coff * dc});
@@ -156,7 +157,8 @@ void V4Model::compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Bu
   be_.paged_write(rn, cache, rpb, plan, m);
 }
 
-Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s) {
+Tensor V4Model::attention(Layer& l, const Tensor& x, const StepPlan& p, Scratch& s) {
+  const StepMeta& m = p.meta;
   const int64_t T = x.size(0), H = cfg_.n_heads, hd = cfg_.head_dim;
   const int ab = act_block(), rd = cfg_.rope_dims;
   auto proj = std::make_unique<ProfileScope>(prof_, "projections");
@@ -186,7 +188,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
   if (l.ratio > 0) {
     {
       ProfileScope ps(prof_, "compressors");
-      compress(l, l.comp, x, l.cstate_kv, l.cstate_score, l.comp_rows, int(hd), false, m, s);
+      compress(l, l.comp, x, l.cstate_kv, l.cstate_score, l.comp_rows, int(hd), false, p, s);
     }
     a.comp_ratio = l.ratio;
     a.rows_per_block = cache_.block_tokens / l.ratio;
@@ -196,7 +198,7 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch&
       const int64_t Hi = cfg_.index_heads, di = cfg_.index_head_dim;
       {
         ProfileScope ps(prof_, "compressors");
-        compress(l, l.icomp, x, l.istate_kv, l.istate_score, l.idx_rows, int(di), true, m, s);
+        compress(l, l.icomp, x, l.istate_kv, l.istate_score, l.idx_rows, int(di), true, p, s);
       }
       ProfileScope ps(prof_, "indexer");
       Tensor qi = act(s, {T, Hi, di});
@@ -264,7 +266,9 @@ void V4Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tenso
     }
   }
   DIL_CHECK(cache_.n_slots > 0, "allocate_cache before forward");
-  StepPlan p = plan_step(batch, cache_.block_tokens, be_);
+  std::vector<int> ratios;  // every compressor's emits planned with the step
+  for (const Layer& l : layers_) ratios.push_back(l.ratio);
+  StepPlan p = plan_step(batch, cache_.block_tokens, be_, ratios);
   const StepMeta& m = p.meta;
   const int64_t T = m.n_tokens, D = cfg_.dim, n = cfg_.hc_mult;
   for (int s = 0; s < m.n_seqs; ++s)
@@ -283,7 +287,7 @@ void V4Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tenso
     auto mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     hc_pre(X, l.hc_attn, l.attn_norm, xn, post, comb, s);
     mhc.reset();
-    Tensor f = attention(l, xn, m, s);
+    Tensor f = attention(l, xn, p, s);
     mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     be_.hc_post(f, X, post, comb, X2);
     std::swap(X, X2);
@@ -306,7 +310,7 @@ void V4Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tenso
   if (!dev) logits->assign(size_t(R * cfg_.vocab_size), 0.0f);
   if (R == 0) return;
   Tensor Xh = act(step, {R, n, D});
-  for (int64_t i = 0; i < R; ++i) be_.copy(Xh.rows(i, i + 1), X.rows(rows[size_t(i)], rows[size_t(i)] + 1));
+  copy_rows(be_, X, rows, Xh);
   Tensor pre = step.f32({R, n}), post = step.f32({R, n}), comb = step.f32({R, n, n});
   HcArgs ha{hc_head_.fn, hc_head_.base, hc_head_.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
   Tensor hn = act(step, {R, D});

@@ -8,6 +8,7 @@
 #include "model/expert_parallel.h"
 #include "model/model.h"
 #include "model/scratch.h"
+#include "model/step.h"
 #include "model/weights.h"
 
 namespace dil {
@@ -64,9 +65,9 @@ class V4Model : public Model {
   struct Cache { int n_blocks = 0, n_slots = 0, block_tokens = 0; };
 
   void bind_block(Layer& l, const std::string& prefix, int ratio, bool hash);
-  Tensor attention(Layer& l, const Tensor& x, const StepMeta& m, Scratch& s);
+  Tensor attention(Layer& l, const Tensor& x, const StepPlan& p, Scratch& s);
   void compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Buffer& sscore, Buffer& rows, int rows_dim,
-                bool indexer, const StepMeta& m, Scratch& s);
+                bool indexer, const StepPlan& p, Scratch& s);
   Tensor moe(Layer& l, const Tensor& x, const Tensor& ids, const ExpertParallel::Step& ep, Scratch& s);
   MoeExpertsArgs experts_args(Layer& l) const;  // this rank's expert lists and MoE numerics
   // forward / forward_device: logits downloaded into `host`, or left on the device in *dev.

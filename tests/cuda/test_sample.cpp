@@ -21,6 +21,7 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <string>
 #include <algorithm>
 
 #include "backend/sampling.h"
@@ -32,16 +33,16 @@ namespace {
 constexpr int64_t kV = 129280;  // V4-Flash / V4.1-Flash vocabulary
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-float lp_tol(float lp) {
+float lp_tol(float lp, int64_t V = kV) {
   const float a = std::fabs(lp);
   const float ulp = std::isinf(a) ? 0.0f : std::nextafter(a, kInf) - a;
-  return ulp + float((kV + 2) * 0x1p-52 + 0x1p-51 * std::log(double(kV)) + 0x1p-52 * (256.0 + a));
+  return ulp + float(double(V + 2) * 0x1p-52 + 0x1p-51 * std::log(double(V)) + 0x1p-52 * (256.0 + a));
 }
 
-std::vector<float> make_logits(int64_t R, uint32_t seed, float quantum) {
+std::vector<float> make_logits(int64_t R, uint32_t seed, float quantum, int64_t V = kV) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 3.0f);
-  std::vector<float> x(size_t(R * kV));  // [R, V]
+  std::vector<float> x(size_t(R * V));  // [R, V]
   for (float& v : x) {
     v = std::clamp(nd(rng), -24.0f, 24.0f);
     if (quantum > 0) v = std::round(v / quantum) * quantum;  // many exact ties
@@ -50,7 +51,8 @@ std::vector<float> make_logits(int64_t R, uint32_t seed, float quantum) {
 }
 
 // A spread of sampling rows over the logits rows (each row's parameters are its own).
-std::vector<SampleRow> make_rows(int64_t R, int S, uint32_t seed, std::vector<SampleEdit>* edits, int64_t* n_masks) {
+std::vector<SampleRow> make_rows(int64_t R, int S, uint32_t seed, std::vector<SampleEdit>* edits, int64_t* n_masks,
+                                 int64_t V = kV) {
   std::mt19937 rng(seed);
   auto pick = [&](std::initializer_list<float> v) { return *(v.begin() + rng() % v.size()); };
   std::vector<SampleRow> rows;
@@ -71,7 +73,7 @@ std::vector<SampleRow> make_rows(int64_t R, int S, uint32_t seed, std::vector<Sa
     if (s % 4 == 3) {
       r.repetition_penalty = 1.3f, r.frequency_penalty = 0.4f, r.presence_penalty = 0.25f;
       std::set<int32_t> toks;
-      while (toks.size() < 300) toks.insert(int32_t(rng() % kV));
+      while (toks.size() < std::min<size_t>(300, size_t(V / 2))) toks.insert(int32_t(rng() % V));
       for (int32_t t : toks) {
         SampleEdit e;
         e.token = t;
@@ -97,16 +99,16 @@ class SampleParity : public CudaParity {
   // Runs `rows` on one backend; logits [R, V] and masks are uploaded to it.
   Result run(Backend& be, const std::vector<float>& logits, int64_t R, const std::vector<SampleRow>& rows,
              const std::vector<SampleEdit>& edits, const std::vector<uint64_t>& masks, int n_top, bool processed,
-             int reps = 1) {
+             int reps = 1, int64_t V = kV) {
     const Device d = be.device();
-    const int64_t S = int64_t(rows.size()), E = int64_t(edits.size()), words = (kV + 63) / 64;
+    const int64_t S = int64_t(rows.size()), E = int64_t(edits.size()), words = (V + 63) / 64;
     const int64_t M = int64_t(masks.size()) / words;
     Buffer bl = be.alloc(logits.size() * 4), br = be.alloc(rows.size() * sizeof(SampleRow));
     Buffer be_ = be.alloc(std::max<size_t>(1, edits.size() * sizeof(SampleEdit)));
     Buffer bm = be.alloc(std::max<size_t>(1, masks.size() * 8));
     Buffer bo = be.alloc(size_t(S * sample_out_words(n_top)) * 4);
     SampleArgs a;
-    a.logits = Tensor(bl.data(), DType::F32, {R, kV}, d);
+    a.logits = Tensor(bl.data(), DType::F32, {R, V}, d);
     a.rows = Tensor(br.data(), DType::I32, {S, kSampleRowWords}, d);
     if (E) a.edits = Tensor(be_.data(), DType::I32, {E, 4}, d);
     if (M) a.masks = Tensor(bm.data(), DType::I32, {M, 2 * words}, d);
@@ -133,7 +135,7 @@ class SampleParity : public CudaParity {
 
   // Compares GPU against CPU row by row; returns the number of rows compared.
   void expect_equal(const std::vector<int32_t>& g, const std::vector<int32_t>& c, const std::vector<SampleRow>& rows,
-                    int n_top, const char* what) {
+                    int n_top, const char* what, int64_t V = kV) {
     const int64_t w = sample_out_words(n_top);
     int tokens = 0, lps = 0;
     float worst = 0;
@@ -144,7 +146,7 @@ class SampleParity : public CudaParity {
       tokens += a.token == b.token;
       if (rows[s].want_logprob || rows[s].n_top) {
         if (std::isinf(b.logprob)) EXPECT_EQ(a.logprob, b.logprob) << what << " row " << s;
-        else EXPECT_LE(std::fabs(a.logprob - b.logprob), lp_tol(b.logprob)) << what << " row " << s;
+        else EXPECT_LE(std::fabs(a.logprob - b.logprob), lp_tol(b.logprob, V)) << what << " row " << s;
         if (!std::isinf(b.logprob)) worst = std::max(worst, std::fabs(a.logprob - b.logprob));
         ++lps;
       }
@@ -152,7 +154,7 @@ class SampleParity : public CudaParity {
       for (size_t j = 0; j < b.top.size(); ++j) {
         EXPECT_EQ(a.top[j].first, b.top[j].first) << what << " row " << s << " top " << j;
         if (std::isinf(b.top[j].second)) EXPECT_EQ(a.top[j].second, b.top[j].second);
-        else EXPECT_LE(std::fabs(a.top[j].second - b.top[j].second), lp_tol(b.top[j].second));
+        else EXPECT_LE(std::fabs(a.top[j].second - b.top[j].second), lp_tol(b.top[j].second, V));
       }
     }
     std::printf("INFO   | sample parity %s: %zu rows, %d tokens equal, %d logprobs, max |dlp| %.3g\n", what,
@@ -160,9 +162,9 @@ class SampleParity : public CudaParity {
   }
 };
 
-void add_masks(std::vector<uint64_t>* masks, int64_t n, uint32_t seed) {
+void add_masks(std::vector<uint64_t>* masks, int64_t n, uint32_t seed, int64_t V = kV) {
   std::mt19937_64 rng(seed);
-  const int64_t words = (kV + 63) / 64;
+  const int64_t words = (V + 63) / 64;
   for (int64_t m = 0; m < n; ++m)
     for (int64_t w = 0; w < words; ++w) masks->push_back(m % 2 ? rng() & rng() : (w % 97 == 0 ? rng() : 0));
 }
@@ -233,6 +235,29 @@ TEST_F(SampleParity, NonFiniteLogits) {
   }
 }
 
+// Vocabularies the fast kernel (a cluster of 8 CTAs, sample_cluster.cu) splits unevenly or
+// into empty slices (V < 8), and one too large for its shared memory (the CTA-per-row
+// fallback, sample.cu): the same parity with every option on.
+TEST_F(SampleParity, OtherVocabularies) {
+  for (int64_t V : {int64_t(5), int64_t(1000), int64_t(50021), int64_t(190000)}) {
+    const int64_t R = 3;
+    const std::vector<float> logits = make_logits(R, 11 + uint32_t(V), V > 100 ? 0.0f : 0.5f, V);
+    std::vector<SampleEdit> edits;
+    int64_t M = 0;
+    std::vector<SampleRow> rows = make_rows(R, 24, 5, &edits, &M, V);
+    for (SampleRow& r : rows) r.n_top = std::min<int32_t>(r.n_top, int32_t(V));
+    std::vector<uint64_t> masks;
+    add_masks(&masks, M, 2, V);
+    const int n_top = int(std::min<int64_t>(20, V));
+    for (bool processed : {false, true}) {
+      const auto g = run(*gpu, logits, R, rows, edits, masks, n_top, processed, 1, V);
+      const auto c = run(*cpu, logits, R, rows, edits, masks, n_top, processed, 1, V);
+      const std::string what = "V=" + std::to_string(V) + (processed ? " processed" : " raw");
+      expect_equal(g.out, c.out, rows, n_top, what.c_str(), V);
+    }
+  }
+}
+
 // A row's result does not depend on the rows sampled with it (one CTA per row, fixed-order
 // reductions): bitwise the same alone and inside a batch; and the time per batch.
 TEST_F(SampleParity, BatchInvariantAndTimed) {
@@ -266,6 +291,11 @@ TEST_F(SampleParity, BatchInvariantAndTimed) {
   const auto p = run(*gpu, logits, R, topp, {}, {}, 0, false, 20);
   std::printf("INFO   | sample time V=%lld rows=%lld: mixed %.3f ms, greedy %.3f ms, top_p %.3f ms\n", (long long)kV,
               (long long)R, all.ms, g.ms, p.ms);
+  for (int64_t n : {int64_t(1), int64_t(64)}) {  // the decode batches of the acceptance
+    const std::vector<SampleRow> sub(topp.begin(), topp.begin() + n);
+    const auto q = run(*gpu, logits, R, sub, {}, {}, 0, false, 20);
+    std::printf("INFO   | sample time V=%lld rows=%lld: top_p %.3f ms\n", (long long)kV, (long long)n, q.ms);
+  }
 }
 
 }  // namespace

@@ -349,6 +349,46 @@ __global__ void idx_fast_simt_kernel(FastParams<TQ, TW, TK> P) {
   P.scores[t * P.ld + e] = spec_score(P.q + t * P.Hi * P.di, P.w + t * P.Hi, P.keys + off, P.Hi, P.di);
 }
 
+constexpr int kGroupThreads = 1024;
+
+// groups[g] = (first token, count): each sequence's tokens [q_start, q_start + len) in runs of
+// `per`, sequences in order (what the host loop it replaces produced). One CTA: the sequences in
+// rounds of kGroupThreads, an exclusive block scan of their group counts per round.
+__global__ void __launch_bounds__(kGroupThreads) token_groups_kernel(const int32_t* __restrict__ q_start,
+                                                                     const int32_t* __restrict__ len, int n_seqs,
+                                                                     int per, int2* __restrict__ groups) {
+  __shared__ int warp_sum[kGroupThreads / 32];
+  __shared__ int base;
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  if (threadIdx.x == 0) base = 0;
+  __syncthreads();
+  for (int s0 = 0; s0 < n_seqs; s0 += kGroupThreads) {
+    const int s = s0 + int(threadIdx.x);
+    const int n = s < n_seqs ? len[s] : 0, g = (n + per - 1) / per;
+    int incl = g;  // inclusive scan: lanes, then warps
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(~0u, incl, o);
+      if (l >= o) incl += v;
+    }
+    if (l == 31) warp_sum[w] = incl;
+    __syncthreads();
+    if (w == 0) {
+      int t = warp_sum[l];
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(~0u, t, o);
+        if (l >= o) t += v;
+      }
+      warp_sum[l] = t;
+    }
+    __syncthreads();
+    const int at = base + incl - g + (w > 0 ? warp_sum[w - 1] : 0);
+    for (int j = 0; j < g; ++j) groups[at + j] = make_int2(q_start[s] + j * per, min(per, n - j * per));
+    __syncthreads();  // every thread has read base and warp_sum
+    if (threadIdx.x == kGroupThreads - 1) base = at + g;
+    __syncthreads();
+  }
+}
+
 }  // namespace
 
 bool indexer_fp8_shape(const IndexerArgs& a) {
@@ -401,21 +441,17 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
   DIL_CHECK(indexer_fp8_shape(a), "indexer mma_fp8: unsupported q ", a.q.shape_str(), " keys ",
             dtype_name(a.keys.dtype));
   // Work groups: up to kMaxTok consecutive tokens of one sequence (one token in Reindex, whose
-  // tokens have rows of their own).
-  std::vector<int2> groups;
-  for (int t = 0; t < T; ++t) {
-    if (!groups.empty()) {
-      int2& gl = groups.back();
-      if (!restricted && gl.y < kMaxTok && m.h_tok_seq[size_t(gl.x)] == m.h_tok_seq[size_t(t)]) {
-        ++gl.y;
-        continue;
-      }
-    }
-    groups.push_back(make_int2(t, 1));
-  }
-  DIL_CHECK(groups.size() <= 65535, "indexer mma_fp8: ", groups.size(), " token groups");
-  Buffer gb = c.scratch(groups.size() * sizeof(int2));
-  DIL_CUDA(cudaMemcpyAsync(gb.data(), groups.data(), groups.size() * sizeof(int2), cudaMemcpyHostToDevice, c.stream));
+  // tokens have rows of their own), in token order. Their count comes from the host's copy of
+  // the lengths, their contents are written on the device from m.q_start / m.len (no upload
+  // in the middle of the forward).
+  const int per = restricted ? 1 : kMaxTok;
+  int64_t n_groups = 0;
+  for (int s = 0; s < m.n_seqs; ++s) n_groups += (m.h_len[size_t(s)] + per - 1) / per;
+  DIL_CHECK(n_groups <= 65535, "indexer mma_fp8: ", n_groups, " token groups");
+  Buffer gb = c.scratch(size_t(std::max<int64_t>(n_groups, 1)) * sizeof(int2));
+  token_groups_kernel<<<1, kGroupThreads, 0, c.stream>>>(m.q_start.ptr<int32_t>(), m.len.ptr<int32_t>(), m.n_seqs,
+                                                          per, static_cast<int2*>(gb.data()));
+  DIL_LAUNCH_CHECK("token_groups_kernel");
   Buffer qb = c.scratch(size_t(T) * Hi * kDi), wb = c.scratch(size_t(T) * Hi * 4), fb = c.scratch(size_t(T) * 4);
   uint32_t* q8 = static_cast<uint32_t*>(qb.data());  // [T, Hi, 32] words of 4 e4m3
   float* wq = static_cast<float*>(wb.data());         // [T, Hi]
@@ -439,7 +475,7 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
       P.tok_flag = tok_flag;
       P.groups = static_cast<const int2*>(gb.data());
       const size_t sm = sizeof(StageSmem);
-      dim3 grid(unsigned(ceil_div(n_entries, kStages * kTile)), unsigned(groups.size()));
+      dim3 grid(unsigned(ceil_div(n_entries, kStages * kTile)), unsigned(n_groups));
       auto go = [&](auto kern) {
         DIL_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm)));
         kern<<<grid, kThreads, sm, c.stream>>>(P);

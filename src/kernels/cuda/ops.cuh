@@ -44,6 +44,8 @@ struct Ctx {
     Buffer dev;
   };
   std::unordered_map<const void*, ExpertTable> expert_tables;
+  // sample_cluster per vocabulary size: 1 fits this device, -1 does not (absent: not yet asked).
+  std::unordered_map<int64_t, int> sample_cluster_fit;
   Buffer scratch(size_t bytes) { return arena->get(bytes); }
 };
 
@@ -117,8 +119,12 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::st
 void moe_route(Ctx& c, const MoeRouteArgs& a);
 void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl);
 
-// sample.cu: Backend::sample (backend/sampling.h), one CTA per sampled row.
+// sample.cu: Backend::sample (backend/sampling.h): sample_cluster when the vocabulary fits it,
+// else one CTA per sampled row.
 void sample(Ctx& c, const SampleArgs& a);
+// sample_cluster.cu: a cluster of 8 CTAs per row, the row's slices in shared memory; false
+// (nothing launched) when this device cannot hold a slice of this vocabulary.
+bool sample_cluster(Ctx& c, const SampleArgs& a);
 
 // engram.cu (V4.1)
 void engram_mix(Ctx& c, const Tensor& X, const Tensor& kv, const Tensor& qk, const Tensor& mask, float eps,

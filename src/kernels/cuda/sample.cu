@@ -1,5 +1,6 @@
 // Backend::sample on the device (semantics and reference: backend/sampling.h, sampling.cpp).
-// One CTA of kThreads per sampled row, so a row's result never depends on the batch, and
+// The fallback kernel (sample_cluster.cu is the fast one, used whenever a vocabulary slice
+// fits its shared memory). One CTA of kThreads per sampled row, so a row's result never depends on the batch, and
 // every reduction has a fixed order (run to run, batch to batch: the same bits).
 //
 // No sort of the vocabulary: top-k, top-p and the top logprobs are radix searches over the
@@ -21,109 +22,10 @@
 #include "backend/sampling.h"
 #include "backend/sampling_math.h"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/sample_block.cuh"
 
 namespace dil::cuda {
 namespace {
-
-namespace sm = dil::sampling;
-using u64 = unsigned long long;
-
-constexpr int kThreads = 1024, kWarps = kThreads / 32;
-
-struct Smem {
-  u64 hist[256];
-  u64 u_red[kWarps];
-  double d_red[kWarps];
-  float f_red[kWarps];
-  int i_red[kWarps];
-  u64 scan[kWarps];
-  u64 b_u[2];
-  double b_d;
-  float b_f;
-  int b_i[2];
-  u64 top_key[kMaxSampleTop];
-  int top_id[kMaxSampleTop];
-  int n_top;
-};
-
-__device__ __forceinline__ float neg_inf() { return -sm::f_inf(); }
-__device__ __forceinline__ float sanitize(float v) { return isnan(v) ? neg_inf() : v; }
-
-__device__ float block_max(float v, Smem& s) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o));
-  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-  __syncthreads();
-  if (l == 0) s.f_red[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    v = s.f_red[l];  // kWarps == 32
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o));
-    if (l == 0) s.b_f = v;
-  }
-  __syncthreads();
-  return s.b_f;
-}
-
-// Sum in a fixed tree: lanes by xor-shuffle, then warps by lane.
-__device__ double block_sum_d(double v, Smem& s) {
-  for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_xor_sync(~0u, v, o));
-  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-  __syncthreads();
-  if (l == 0) s.d_red[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    v = s.d_red[l];
-    for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_xor_sync(~0u, v, o));
-    if (l == 0) s.b_d = v;
-  }
-  __syncthreads();
-  return s.b_d;
-}
-
-__device__ u64 block_sum_u(u64 v, Smem& s) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
-  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-  __syncthreads();
-  if (l == 0) s.u_red[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    v = s.u_red[l];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
-    if (l == 0) s.b_u[0] = v;
-  }
-  __syncthreads();
-  return s.b_u[0];
-}
-
-// Inclusive scan of one value per thread, in thread order.
-__device__ u64 block_scan_u(u64 v, Smem& s) {
-  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-  for (int o = 1; o < 32; o <<= 1) {
-    const u64 n = __shfl_up_sync(~0u, v, o);
-    if (l >= o) v += n;
-  }
-  __syncthreads();
-  if (l == 31) s.scan[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    u64 t = s.scan[l];
-    for (int o = 1; o < 32; o <<= 1) {
-      const u64 n = __shfl_up_sync(~0u, t, o);
-      if (l >= o) t += n;
-    }
-    s.scan[l] = t;
-  }
-  __syncthreads();
-  return v + (w > 0 ? s.scan[w - 1] : 0);
-}
-
-// Predicate on a cumulative quantity: count >= target (kCount) or double(mass) >= thr (kMass).
-struct Pred {
-  bool mass;
-  u64 target;
-  double thr;
-  __device__ bool operator()(u64 c) const { return mass ? __ull2double_rn(c) >= thr : c >= target; }
-};
 
 // The largest key K such that pred(sum of q over tokens with key >= K) holds, given that it
 // fails for the empty sum and holds over everything. item(t, &key) returns q (0: not counted).
@@ -173,18 +75,6 @@ __device__ u64 radix_search(int V, int key_bits, Item item, Pred pred, Smem& s) 
   }
   return prefix;
 }
-
-// log_softmax pieces of a row y (sampling.h): lp(t) = f(y_t).
-struct Lse {
-  float my;
-  double lse;       // my finite
-  float inf_lp;     // my == +inf: logprob of each +inf entry
-  __device__ float operator()(float y) const {
-    if (y == neg_inf() || my == neg_inf()) return neg_inf();
-    if (my == sm::f_inf()) return y == sm::f_inf() ? inf_lp : neg_inf();
-    return __double2float_rn(__dadd_rn(double(y), -lse));
-  }
-};
 
 template <class Load>
 __device__ Lse row_lse(int V, Load y, Smem& s) {
@@ -388,6 +278,7 @@ void sample(Ctx& c, const SampleArgs& a) {
   DIL_CHECK(a.n_top >= 0 && a.n_top <= kMaxSampleTop, "sample: n_top ", a.n_top, " above ", kMaxSampleTop);
   DIL_CHECK(V > 0 && V < (int64_t(1) << 30), "sample: vocab ", V);
   DIL_CHECK(a.out.numel() == S * sample_out_words(a.n_top), "sample: out of ", a.out.numel(), " words");
+  if (sample_cluster(c, a)) return;
   if (S == 0) return;
   Buffer xbuf = c.scratch(size_t(S * V) * 4);  // [S, V] f32 processed logits
   sample_kernel<<<unsigned(S), kThreads, 0, c.stream>>>(
