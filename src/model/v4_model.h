@@ -75,9 +75,9 @@ class V4Model : public Model {
   void forward_idle(const ExpertParallel::Step& ep);  // a rank with no tokens joins every MoE collective
   // MTP (model/v4_mtp.cpp).
   void bind_mtp();
-  // The block over pairs (H [T, n, D] target streams at positions m.tok_pos, ids [T] the tokens
-  // one position later): its output streams [T, n, D]; writes its ring rows (slots m.h_slot).
-  Tensor mtp_block(const Tensor& H, const Tensor& ids, const StepMeta& m, Scratch& s);
+  // The block over pairs (H [T, n, D] target streams at positions p.meta.tok_pos, p.ids [T] the
+  // tokens one position later): its output streams [T, n, D]; writes its ring rows (slots p.meta.h_slot).
+  Tensor mtp_block(const Tensor& H, const StepPlan& p, Scratch& s);
   // After the backbone of a step (X [T, n, D] its final streams): the MTP block over every pair
   // the step completes -- (X_{p-1}, token p) for each computed token p > 0, X_{p-1} from the
   // slot's `hidden` for a chunk's first token -- then `hidden` = the chunk's last row.

@@ -41,7 +41,8 @@ void V4Model::bind_mtp() {
                    binder_.tensor(p + "hc_head_scale")};
 }
 
-Tensor V4Model::mtp_block(const Tensor& H, const Tensor& ids, const StepMeta& m, Scratch& s) {
+Tensor V4Model::mtp_block(const Tensor& H, const StepPlan& p, Scratch& s) {
+  const Tensor& ids = p.ids;  // [T] i32
   Mtp& t = *mtp_;
   Layer& l = t.block;
   const int64_t T = H.size(0), n = cfg_.hc_mult, D = cfg_.dim;
@@ -59,7 +60,7 @@ Tensor V4Model::mtp_block(const Tensor& H, const Tensor& ids, const StepMeta& m,
   // The block, as a backbone layer (run_step).
   Tensor xn = act(s, {T, D}), post = s.f32({T, n}), comb = s.f32({T, n, n});
   hc_pre(X, l.hc_attn, l.attn_norm, xn, post, comb, s);
-  Tensor f = attention(l, xn, m, s);
+  Tensor f = attention(l, xn, p, s);
   be_.hc_post(f, X, post, comb, X2);
   std::swap(X, X2);
   hc_pre(X, l.hc_ffn, l.ffn_norm, xn, post, comb, s);
@@ -109,7 +110,7 @@ void V4Model::mtp_after_step(const StepBatch& batch, const StepMeta& m, const Te
   if (rows == 0) return;
   StepPlan p = plan_step(sub, cache_.block_tokens, be_);
   Scratch bs(be_);
-  mtp_block(H.rows(0, rows), p.ids, p.meta, bs);
+  mtp_block(H.rows(0, rows), p, bs);
 }
 
 void V4Model::draft(const std::vector<DraftRequest>& in, std::vector<std::vector<int32_t>>* out,
@@ -176,7 +177,7 @@ void V4Model::draft_chain(const DraftRequest* in, int S, int k, std::vector<std:
     }
     StepPlan p = plan_step(b, cache_.block_tokens, be_);
     Scratch js(be_);
-    Tensor Z = mtp_block(H, p.ids, p.meta, js);  // [S, n, D]
+    Tensor Z = mtp_block(H, p, js);  // [S, n, D]
     Tensor pre = js.f32({S, n}), post = js.f32({S, n}), comb = js.f32({S, n, n});
     HcArgs ha{t.hc_head.fn, t.hc_head.base, t.hc_head.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
     Tensor hn = act(js, {S, D});
