@@ -20,6 +20,7 @@
 
 #include "backend/plan.h"
 #include "backend/sampling.h"
+#include "core/kv_packed.h"
 #include "core/tensor.h"
 
 namespace dil {
@@ -73,12 +74,17 @@ struct HcArgs {
   float hc_eps = 1e-6f;
 };
 
+// KV caches (ring, comp, keys) hold plain rows of the activation dtype, or packed rows
+// (core/kv_packed.h, the official formats: fast numerics) when their RowShape says so: then the
+// tensor is U8 [..., row_bytes(shape)] with the same leading dims, written by ring_write /
+// paged_write (which quantize each row once) and dequantized by the readers on load.
 struct AttnArgs {
   // q, kv_new, ring, comp and out share one activation dtype (f32|bf16).
   Tensor q;          // [T, H, d]
   Tensor kv_new;     // [T, d]: this step's window rows (already rope'd / QDQ'd)
-  Tensor ring;       // [n_slots, W, d]: window rows of earlier steps, slot = pos mod W
-  Tensor comp;       // [n_blocks, rows_per_block, d] compressed rows (empty: none)
+  Tensor ring;       // [n_slots, W, d]: window rows of earlier steps, slot = pos mod W (packed: U8 [n_slots, W, B])
+  Tensor comp;       // [n_blocks, rows_per_block, d] compressed rows (empty: none; packed: U8 [.., .., B])
+  kvpack::RowShape ring_pack, comp_pack;  // packed(): the formats of ring / comp
   int comp_ratio = 0;      // rows per token ratio m of `comp` (0: no compressed branch)
   int rows_per_block = 0;
   Tensor comp_idx;   // [T, K] i32 logical compressed rows per query (-1 skip); empty = all visible
@@ -106,7 +112,8 @@ struct IndexerArgs {
   // implementations rely on (exact in BF16).
   Tensor q;          // [T, Hi, di]
   Tensor w;          // [T, Hi] head weights (already scaled)
-  Tensor keys;       // [n_blocks, rows_per_block, di]
+  Tensor keys;       // [n_blocks, rows_per_block, di] (packed: U8 [n_blocks, rows_per_block, B])
+  kvpack::RowShape keys_pack;  // packed(): the keys' format (Fp4B32)
   int ratio = 4;
   int rows_per_block = 0;
   int topk = 512;
@@ -252,10 +259,18 @@ class Backend {
 
   // Attention and its state.
   virtual void sparse_attention(const AttnArgs& a, const StepMeta& m) = 0;
-  virtual void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) = 0;
+  // pack.packed(): ring / cache are U8 packed rows (AttnArgs), each row quantized once here.
+  virtual void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m, const kvpack::RowShape& pack) = 0;
+  void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) { ring_write(kv_new, ring, m, {}); }
   virtual void compressor(const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m) = 0;
   virtual void paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
-                           const StepMeta& m) = 0;
+                           const StepMeta& m, const kvpack::RowShape& pack) = 0;
+  void paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan, const StepMeta& m) {
+    paged_write(rows, cache, rows_per_block, plan, m, {});
+  }
+  // Whether this backend's cache readers and writers take packed rows (AttnArgs): the model
+  // stores packed rows only where the numerics mode asks for them and the backend can.
+  virtual bool reads_packed_kv() const { return false; }
   virtual void indexer_topk(const IndexerArgs& a, const StepMeta& m) = 0;
 
   // MoE.

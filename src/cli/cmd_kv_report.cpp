@@ -2,7 +2,7 @@
 // KV cache bytes for a model config (model/kv_layout.h): per token of context (compressed rows
 // + indexer keys, paged), per sequence slot (SWA rings, compressor state, Engram history), and
 // per sequence at a few context lengths, in the official packed format and in the f32 layout
-// of the CPU reference.
+// of the CPU reference, and which numerics modes store which (model/kv_layout.h kv_format).
 #include <cstdio>
 #include <cstdlib>
 
@@ -39,6 +39,10 @@ void report(const std::string& path, int block_tokens) {
       const double bytes = double(k.spec.bytes_per_slot) + double(blocks) * double(k.spec.bytes_per_block);
       std::printf("           one sequence at %7lld tokens: %10.3f MiB\n", (long long)len, bytes / (1 << 20));
     }
+    std::printf("           stored by numerics:");
+    for (Numerics n : {Numerics::Reference, Numerics::Official, Numerics::Fast})
+      if (kv_format(n) == f) std::printf(" %s", numerics_name(n));
+    std::printf("%s\n", f == KvFormat::Official ? " (on the CPU; CUDA keeps bf16 rows until its kernels read packed ones)" : "");
     if (f == KvFormat::Official && cfg.arch == Arch::V41)
       std::printf("           official V4.1 figure %.0f B/token: %s (ours %.2f)\n", kV41OfficialBytesPerToken,
                   k.global_bytes_per_token == kV41OfficialBytesPerToken ? "equal" : "DIFFERENT",

@@ -33,8 +33,9 @@ enum class Format : uint8_t { V4Row, Fp8B32, Fp4E4m3B16, Fp4B32 };
 
 struct RowShape {
   Format format = Format::V4Row;
-  int d = 0;     // values per row
+  int d = 0;     // values per row; 0: not packed (a cache of plain f32|bf16 rows)
   int rope = 0;  // V4Row: trailing dims kept as bf16 (else 0)
+  bool packed() const { return d > 0; }
 };
 
 size_t row_bytes(const RowShape& s);

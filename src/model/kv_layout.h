@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "core/check.h"
+#include "core/kv_packed.h"
 #include "model/config.h"
 #include "model/model.h"
 
@@ -49,6 +50,49 @@ inline size_t index_row(const ModelConfig& c, KvFormat f) {
   return f == KvFormat::F32 ? di * 4 : di / 2 + di / 32;     // e2m1 + ue8m0 per 32
 }
 }  // namespace kv_layout_detail
+
+// The row formats of a layout: the official packed rows, or plain rows (F32: every shape
+// unpacked, d == 0). Their sizes are the kv_layout_detail rows (checked).
+struct KvRowShapes {
+  kvpack::RowShape swa, global, index;  // window rings; compressed rows; indexer keys
+};
+inline KvRowShapes kv_row_shapes(const ModelConfig& c, KvFormat f) {
+  using namespace kv_layout_detail;
+  KvRowShapes r;
+  if (f == KvFormat::F32) return r;
+  const int d = c.head_dim, di = c.index_head_dim;
+  if (c.arch == Arch::V41) {
+    r.swa = {kvpack::Format::Fp8B32, d, 0};
+    r.global = {kvpack::Format::Fp4E4m3B16, d, 0};
+  } else {
+    r.swa = r.global = {kvpack::Format::V4Row, d, c.rope_dims};
+  }
+  r.index = {kvpack::Format::Fp4B32, di, 0};
+  DIL_CHECK(kvpack::row_bytes(r.swa) == swa_row(c, f) && kvpack::row_bytes(r.global) == global_row(c, f) &&
+                kvpack::row_bytes(r.index) == index_row(c, f),
+            "packed row sizes differ from kv_layout's");
+  return r;
+}
+
+// The cache layout of a numerics mode (docs/architecture.md "Numerics modes and the kernel
+// plan"): fast numerics store the official packed rows (the values the QDQ ops leave, so
+// results do not change); reference keeps f32 rows; official keeps its f32 rows (the oracle
+// keeps what the f32 run computes: V4's 64 rope dims would round to bf16 in the packed row).
+inline KvFormat kv_format(Numerics n) { return n == Numerics::Fast ? KvFormat::Official : KvFormat::F32; }
+// What a model stores: the mode's layout where the backend reads packed rows, else plain rows.
+inline KvRowShapes stored_kv_rows(const ModelConfig& c, Numerics n, const Backend& be, bool plain_kv) {
+  const bool packed = kv_format(n) == KvFormat::Official && be.reads_packed_kv() && !plain_kv;
+  return kv_row_shapes(c, packed ? KvFormat::Official : KvFormat::F32);
+}
+// Bytes of one row of width d: packed, or d values of the plain dtype.
+inline size_t kv_row_bytes(const kvpack::RowShape& p, int64_t d, DType plain) {
+  return p.packed() ? kvpack::row_bytes(p) : size_t(d) * dtype_size(plain);
+}
+// A cache buffer as [n, rows, d] rows of `plain`, or U8 [n, rows, row_bytes] packed rows.
+inline Tensor kv_tensor(const Buffer& b, int64_t n, int64_t rows, int64_t d, const kvpack::RowShape& p, DType plain) {
+  if (p.packed()) return b.as(DType::U8, {n, rows, int64_t(kvpack::row_bytes(p))});
+  return b.as(plain, {n, rows, d});
+}
 
 inline KvLayout kv_layout(const ModelConfig& c, int block_tokens, KvFormat f) {
   using namespace kv_layout_detail;

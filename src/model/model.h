@@ -45,6 +45,9 @@ struct ModelOptions {
   // every progress_interval_s while binding, and once when done. Empty: no reports.
   LoadProgressFn on_progress;
   double progress_interval_s = 0.25;
+  // Plain KV rows (the activation dtype) even where the mode stores the official packed rows
+  // (model/kv_layout.h kv_format): the trace, whose two sides must hold the same layout.
+  bool plain_kv = false;
 };
 
 // One sequence's share of a step. Its recurrent state lives in `slot`; its compressed rows

@@ -215,4 +215,25 @@ void fill_uniform(Backend& be, Buffer& b, uint64_t seed, DType dt) {
   be.upload(Tensor(b.data(), DType::BF16, {int64_t(n)}, be.device()), h16.data());
 }
 
+void fill_uniform_packed(Backend& be, Buffer& b, uint64_t seed, const kvpack::RowShape& pack) {
+  if (!b.data()) return;
+  const size_t rb = kvpack::row_bytes(pack), n_rows = b.bytes() / rb;
+  DIL_CHECK(n_rows * rb == b.bytes(), "fill_uniform_packed: ", b.bytes(), " bytes are not rows of ", rb);
+  constexpr size_t kChunk = 4096;  // rows packed on the host per upload
+  std::vector<float> x(size_t(pack.d));           // [d] one row
+  std::vector<uint8_t> rows(kChunk * rb);         // [kChunk, rb] packed
+  uint64_t s = seed;
+  for (size_t r0 = 0; r0 < n_rows; r0 += kChunk) {
+    const size_t n = std::min(kChunk, n_rows - r0);
+    for (size_t r = 0; r < n; ++r) {
+      for (float& v : x) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        v = float(int64_t(s >> 40) - (1ll << 23)) / float(1 << 23);
+      }
+      kvpack::pack_row(pack, x.data(), rows.data() + r * rb);
+    }
+    be.upload(Tensor(static_cast<uint8_t*>(b.data()) + r0 * rb, DType::U8, {int64_t(n * rb)}, be.device()), rows.data());
+  }
+}
+
 }  // namespace dil

@@ -63,5 +63,8 @@ std::array<RopeTable, 2> make_rope_tables(const ModelConfig& cfg, Backend& be, s
 // Uniform [-1, 1) f32 contents for a cache buffer (benchmarks' synthesized context); no-op
 // for an unallocated buffer.
 void fill_uniform(Backend& be, Buffer& b, uint64_t seed, DType dt = DType::F32);  // values in [-1, 1), f32 or bf16
+// The same for a cache of packed rows (pack.packed()): uniform [-1, 1) rows of pack.d values,
+// each quantized as the writers do (kvpack::pack_row), so that readers see valid rows.
+void fill_uniform_packed(Backend& be, Buffer& b, uint64_t seed, const kvpack::RowShape& pack);
 
 }  // namespace dil

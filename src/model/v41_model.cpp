@@ -11,7 +11,7 @@ namespace dil {
 V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
                    const std::string& tokenizer_json, LoadMeter* meter)
     : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), numerics_(opt.numerics), official_(quantizes(opt.numerics)),
-      act_(activation_dtype(opt.numerics)),
+      act_(activation_dtype(opt.numerics)), kv_(stored_kv_rows(cfg_, opt.numerics, be, opt.plain_kv)),
       binder_(*st_, be, cfg_, meter), ep_(opt.comm, cfg_.n_routed), replay_(replay_schedule(cfg_)),
       replay_on_(opt.decoder_replay), layer_rows_(size_t(cfg_.n_layers), 0) {
   if (cfg_.gate_temp != 1.0f) DIL_FAIL("gate_temp ", cfg_.gate_temp, " is not supported (the release uses 1.0)");
@@ -101,18 +101,18 @@ void V41Model::bind_layer(Layer& l, int L) {
   }
 }
 
-// Byte counts of the cache layout allocate_cache makes: rows in the activation dtype (f32, or
-// bf16 in fast numerics), compressor state f32.
+// Byte counts of the cache layout allocate_cache makes: rows packed in the official formats
+// (kv_, fast numerics) or plain in the activation dtype, compressor state f32.
 CacheSpec V41Model::cache_spec(int block_tokens) const {
   CacheSpec cs;
   cs.block_tokens = block_tokens;
   const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
-  const size_t es = dtype_size(act_);
+  const size_t row = kv_row_bytes(kv_.global, int64_t(hd), act_) + kv_row_bytes(kv_.index, int64_t(di), act_);
   for (const Layer& l : layers_) {
-    cs.bytes_per_slot += W * hd * es;
+    cs.bytes_per_slot += W * kv_row_bytes(kv_.swa, int64_t(hd), act_);
     if (!l.kv_source) continue;
     const size_t m = size_t(l.ratio);
-    cs.bytes_per_block += size_t(block_tokens) / m * (hd + di) * es;
+    cs.bytes_per_block += size_t(block_tokens) / m * row;
     if (m > 1) cs.bytes_per_slot += 2 * m * hd * 4;
   }
   cs.bytes_per_slot += size_t(std::max(cfg_.engram_max_ngram - 1, 0)) * 4;
@@ -123,14 +123,13 @@ void V41Model::allocate_cache(int n_blocks, int n_slots, int block_tokens) {
   DIL_CHECK(block_tokens % 128 == 0, "block_tokens must be a multiple of 128");
   cache_ = {n_blocks, n_slots, block_tokens};
   const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
-  const size_t es = dtype_size(act_);
   for (Layer& l : layers_) {
     if (!l.active) continue;
-    l.ring = be_.alloc(size_t(n_slots) * W * hd * es);
+    l.ring = be_.alloc(size_t(n_slots) * W * kv_row_bytes(kv_.swa, int64_t(hd), act_));
     if (!l.kv_source) continue;
     const size_t m = size_t(l.ratio), rows = size_t(n_blocks) * (size_t(block_tokens) / m);
-    l.comp_rows = be_.alloc(rows * hd * es);
-    l.idx_rows = be_.alloc(rows * di * es);
+    l.comp_rows = be_.alloc(rows * kv_row_bytes(kv_.global, int64_t(hd), act_));
+    l.idx_rows = be_.alloc(rows * kv_row_bytes(kv_.index, int64_t(di), act_));
     if (m > 1) {
       l.cstate_kv = be_.alloc(size_t(n_slots) * m * hd * 4);
       l.cstate_score = be_.alloc(size_t(n_slots) * m * hd * 4);
@@ -178,11 +177,12 @@ void V41Model::write_source_rows(Layer& l, const Tensor& x, const StepPlan& p, S
   be_.rms_norm(k0, l.iknorm, cfg_.norm_eps, k);
   be_.rope(k.view({n, 1, di}), plan.pos, l.rope, false);
   if (official_) be_.fp4_qdq(k, 32, false);
-  be_.paged_write(k, l.idx_rows.as(act_, {cache_.n_blocks, rpb, di}), rpb, plan, m);
+  be_.paged_write(k, kv_tensor(l.idx_rows, cache_.n_blocks, rpb, di, kv_.index, act_), rpb, plan, m, kv_.index);
   // Main row: RoPE at w*m, FP4 over all dims with E4M3 scales per 16.
   be_.rope(latent.view({n, 1, hd}), plan.pos, l.rope, false);
   if (official_) be_.fp4_qdq(latent, 16, true);
-  be_.paged_write(latent, l.comp_rows.as(act_, {cache_.n_blocks, rpb, hd}), rpb, plan, m);
+  be_.paged_write(latent, kv_tensor(l.comp_rows, cache_.n_blocks, rpb, hd, kv_.global, act_), rpb, plan, m,
+                  kv_.global);
 }
 
 Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared& sh, Scratch& s) {
@@ -202,7 +202,8 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
   AttnArgs a;
   a.q = q;
   a.kv_new = kv;
-  a.ring = l.ring.as(act_, {cache_.n_slots, cfg_.window, hd});
+  a.ring = kv_tensor(l.ring, cache_.n_slots, cfg_.window, hd, kv_.swa, act_);
+  a.ring_pack = kv_.swa;
   a.sink = l.sink;
   a.scale = float(1.0 / std::sqrt(double(hd)));
   a.window = cfg_.window;
@@ -224,7 +225,8 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
       be_.linear(x, l.iweights, 0, w);
       IndexerArgs ia;
       ia.q = qi; ia.w = w; ia.ratio = l.ratio; ia.rows_per_block = rpb;
-      ia.keys = src.idx_rows.as(act_, {cache_.n_blocks, rpb, di});
+      ia.keys = kv_tensor(src.idx_rows, cache_.n_blocks, rpb, di, kv_.index, act_);
+      ia.keys_pack = kv_.index;
       ia.topk = cfg_.index_topk; ia.out_idx = sh.sel; ia.sort_ascending = true;
       if (l.cand_source || l.uses_cand) {
         ia.cand_block = cfg_.candidate_block_size;
@@ -235,7 +237,8 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
     }
     a.comp_ratio = l.ratio;
     a.rows_per_block = rpb;
-    a.comp = src.comp_rows.as(act_, {cache_.n_blocks, rpb, hd});
+    a.comp = kv_tensor(src.comp_rows, cache_.n_blocks, rpb, hd, kv_.global, act_);
+    a.comp_pack = kv_.global;
     a.comp_idx = sh.sel;  // the latest index source's rows (Reuse layers share them)
   }
   return attention_output(be_, prof_, cfg_, l, a, kv, m, ab, s);
@@ -473,8 +476,8 @@ void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tens
         StepMeta hm = sub_meta(m, ls.head, be_, s.storage());
         Tensor xh = act(s, {hm.n_tokens, D});  // [head rows, D]
         gather_rows(be_, xn, cur, xh, ls.head);
-        be_.ring_write(window_rows(l, xh, hm.tok_pos, s), l.ring.as(act_, {cache_.n_slots, cfg_.window, cfg_.head_dim}),
-                       hm);
+        be_.ring_write(window_rows(l, xh, hm.tok_pos, s),
+                       kv_tensor(l.ring, cache_.n_slots, cfg_.window, cfg_.head_dim, kv_.swa, act_), hm, kv_.swa);
       }
       Tensor xo = act(s, {total_rows(ls.out), D});  // [out rows, D]
       gather_rows(be_, xn, cur, xo, ls.out);
@@ -549,9 +552,14 @@ namespace dil {
 void V41Model::randomize_cache(uint64_t seed) {
   for (Layer& l : layers_) {
     if (!l.active) continue;
-    for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows}) fill_uniform(be_, *b, seed++, act_);
+    const std::pair<Buffer*, const kvpack::RowShape*> caches[] = {
+        {&l.ring, &kv_.swa}, {&l.comp_rows, &kv_.global}, {&l.idx_rows, &kv_.index}};
+    for (auto [b, pack] : caches) {
+      if (pack->packed()) fill_uniform_packed(be_, *b, seed++, *pack);  // quantized by the packing
+      else fill_uniform(be_, *b, seed++, act_);
+    }
     for (Buffer* b : {&l.cstate_kv, &l.cstate_score}) fill_uniform(be_, *b, seed++);
-    if (!official_) continue;
+    if (!official_ || kv_.swa.packed()) continue;
     // The rows as compress() and attention() write them (QDQ'd at the official points), so a
     // synthesized context takes the same kernel paths as a real one.
     const int64_t hd = cfg_.head_dim, di = cfg_.index_head_dim;

@@ -14,6 +14,7 @@
 #include "model/engram_hash.h"
 #include "model/block.h"
 #include "model/expert_parallel.h"
+#include "model/kv_layout.h"
 #include "model/model.h"
 #include "model/replay.h"
 #include "model/scratch.h"
@@ -87,6 +88,7 @@ class V41Model : public Model {
   Numerics numerics_;
   bool official_;  // the official quantization points (official or fast numerics)
   DType act_;      // activations between ops (activation_dtype(numerics_))
+  KvRowShapes kv_;  // the cache's row formats (model/kv_layout.h stored_kv_rows; unpacked: rows of act_)
   WeightBinder binder_;
   ExpertParallel ep_;  // routed experts held by this rank, the EP collectives
   EngramHash ehash_;

@@ -11,7 +11,7 @@ namespace dil {
 V4Model::V4Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be, const ModelOptions& opt,
                  LoadMeter* meter)
     : cfg_(std::move(cfg)), st_(std::move(st)), be_(be), numerics_(opt.numerics), official_(quantizes(opt.numerics)),
-      act_(activation_dtype(opt.numerics)),
+      act_(activation_dtype(opt.numerics)), kv_(stored_kv_rows(cfg_, opt.numerics, be, opt.plain_kv)),
       binder_(*st_, be, cfg_, meter), ep_(opt.comm, cfg_.n_routed) {
   embed_ = binder_.matrix("embed");
   head_ = binder_.matrix("head");
@@ -61,23 +61,24 @@ void V4Model::bind_block(Layer& l, const std::string& p, int ratio, bool hash) {
   else l.gate_bias = b.tensor(p + "ffn.gate.bias");
 }
 
-// Byte counts of the cache layout this model allocates (see allocate_cache): rows in the
-// activation dtype (f32, or bf16 in fast numerics), compressor state f32.
+// Byte counts of the cache layout this model allocates (see allocate_cache): rows packed in the
+// official formats (kv_, fast numerics) or plain in the activation dtype, compressor state f32.
 CacheSpec V4Model::cache_spec(int block_tokens) const {
   CacheSpec cs;
   cs.block_tokens = block_tokens;
   const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
   const size_t es = dtype_size(act_);
+  const size_t row = kv_row_bytes(kv_.global, int64_t(hd), act_), key = kv_row_bytes(kv_.index, int64_t(di), act_);
   // MTP: its window ring and the streams of the last computed position (hidden).
-  if (mtp_) cs.bytes_per_slot += W * hd * es + size_t(cfg_.hc_mult) * size_t(cfg_.dim) * es;
+  if (mtp_) cs.bytes_per_slot += W * kv_row_bytes(kv_.swa, int64_t(hd), act_) + size_t(cfg_.hc_mult) * size_t(cfg_.dim) * es;
   for (const Layer& l : layers_) {
-    cs.bytes_per_slot += W * hd * es;
+    cs.bytes_per_slot += W * kv_row_bytes(kv_.swa, int64_t(hd), act_);
     if (l.ratio == 0) continue;
     size_t m = size_t(l.ratio);
-    cs.bytes_per_block += size_t(block_tokens) / m * hd * es;
+    cs.bytes_per_block += size_t(block_tokens) / m * row;
     cs.bytes_per_slot += 2 * (l.comp.overlap ? 2 * m * 2 * hd : m * hd) * 4;
     if (l.ratio == 4) {
-      cs.bytes_per_block += size_t(block_tokens) / 4 * di * es;
+      cs.bytes_per_block += size_t(block_tokens) / 4 * key;
       cs.bytes_per_slot += 2 * (2 * m * 2 * di) * 4;
     }
   }
@@ -89,21 +90,22 @@ void V4Model::allocate_cache(int n_blocks, int n_slots, int block_tokens) {
   cache_ = {n_blocks, n_slots, block_tokens};
   const size_t hd = size_t(cfg_.head_dim), di = size_t(cfg_.index_head_dim), W = size_t(cfg_.window);
   const size_t es = dtype_size(act_);
+  const size_t row = kv_row_bytes(kv_.global, int64_t(hd), act_), key = kv_row_bytes(kv_.index, int64_t(di), act_);
   if (mtp_) {
     mtp_->block.ring_slots = n_slots + kDraftSlots;
-    mtp_->block.ring = be_.alloc(size_t(n_slots + kDraftSlots) * W * hd * es);
+    mtp_->block.ring = be_.alloc(size_t(n_slots + kDraftSlots) * W * kv_row_bytes(kv_.swa, int64_t(hd), act_));
     mtp_->hidden = be_.alloc(size_t(n_slots) * size_t(cfg_.hc_mult) * size_t(cfg_.dim) * es);
   }
   for (Layer& l : layers_) {
-    l.ring = be_.alloc(size_t(n_slots) * W * hd * es);
+    l.ring = be_.alloc(size_t(n_slots) * W * kv_row_bytes(kv_.swa, int64_t(hd), act_));
     if (l.ratio == 0) continue;
     size_t m = size_t(l.ratio);
-    l.comp_rows = be_.alloc(size_t(n_blocks) * (size_t(block_tokens) / m) * hd * es);
+    l.comp_rows = be_.alloc(size_t(n_blocks) * (size_t(block_tokens) / m) * row);
     size_t cs = size_t(n_slots) * (l.comp.overlap ? 2 * m * 2 * hd : m * hd) * 4;
     l.cstate_kv = be_.alloc(cs);
     l.cstate_score = be_.alloc(cs);
     if (l.ratio == 4) {
-      l.idx_rows = be_.alloc(size_t(n_blocks) * (size_t(block_tokens) / 4) * di * es);
+      l.idx_rows = be_.alloc(size_t(n_blocks) * (size_t(block_tokens) / 4) * key);
       size_t is = size_t(n_slots) * 2 * m * 2 * di * 4;
       l.istate_kv = be_.alloc(is);
       l.istate_score = be_.alloc(is);
@@ -153,8 +155,8 @@ void V4Model::compress(Layer& l, Compressor& c, const Tensor& x, Buffer& skv, Bu
       be_.fp8_qdq(rn, dc - cfg_.rope_dims, 64);
     }
   }
-  Tensor cache = rows_cache.as(act_, {cache_.n_blocks, rpb, dc});
-  be_.paged_write(rn, cache, rpb, plan, m);
+  const kvpack::RowShape& pack = indexer ? kv_.index : kv_.global;
+  be_.paged_write(rn, kv_tensor(rows_cache, cache_.n_blocks, rpb, dc, pack, act_), rpb, plan, m, pack);
 }
 
 Tensor V4Model::attention(Layer& l, const Tensor& x, const StepPlan& p, Scratch& s) {
@@ -181,7 +183,8 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepPlan& p, Scratch&
   AttnArgs a;
   a.q = q;
   a.kv_new = kv;
-  a.ring = l.ring.as(act_, {l.ring_slots ? l.ring_slots : cache_.n_slots, cfg_.window, hd});
+  a.ring = kv_tensor(l.ring, l.ring_slots ? l.ring_slots : cache_.n_slots, cfg_.window, hd, kv_.swa, act_);
+  a.ring_pack = kv_.swa;
   a.sink = l.sink;
   a.scale = float(1.0 / std::sqrt(double(hd)));
   a.window = cfg_.window;
@@ -192,7 +195,8 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepPlan& p, Scratch&
     }
     a.comp_ratio = l.ratio;
     a.rows_per_block = cache_.block_tokens / l.ratio;
-    a.comp = l.comp_rows.as(act_, {cache_.n_blocks, a.rows_per_block, hd});
+    a.comp = kv_tensor(l.comp_rows, cache_.n_blocks, a.rows_per_block, hd, kv_.global, act_);
+    a.comp_pack = kv_.global;
     if (l.ratio == 4) {
       // Lightning indexer (model-spec §3.7).
       const int64_t Hi = cfg_.index_heads, di = cfg_.index_head_dim;
@@ -215,7 +219,8 @@ Tensor V4Model::attention(Layer& l, const Tensor& x, const StepPlan& p, Scratch&
       Tensor idx = s.i32({T, cfg_.index_topk});
       IndexerArgs ia;
       ia.q = qi; ia.w = w; ia.ratio = 4; ia.rows_per_block = cache_.block_tokens / 4;
-      ia.keys = l.idx_rows.as(act_, {cache_.n_blocks, ia.rows_per_block, di});
+      ia.keys = kv_tensor(l.idx_rows, cache_.n_blocks, ia.rows_per_block, di, kv_.index, act_);
+      ia.keys_pack = kv_.index;
       ia.topk = cfg_.index_topk; ia.out_idx = idx;
       be_.indexer_topk(ia, m);
       a.comp_idx = idx;
@@ -336,9 +341,14 @@ void V4Model::randomize_cache(uint64_t seed) {
   }
   for (Layer* lp : all) {
     Layer& l = *lp;
-    for (Buffer* b : {&l.ring, &l.comp_rows, &l.idx_rows}) fill_uniform(be_, *b, seed++, act_);
+    const std::pair<Buffer*, const kvpack::RowShape*> caches[] = {
+        {&l.ring, &kv_.swa}, {&l.comp_rows, &kv_.global}, {&l.idx_rows, &kv_.index}};
+    for (auto [b, pack] : caches) {
+      if (pack->packed()) fill_uniform_packed(be_, *b, seed++, *pack);  // quantized by the packing
+      else fill_uniform(be_, *b, seed++, act_);
+    }
     for (Buffer* b : {&l.cstate_kv, &l.cstate_score, &l.istate_kv, &l.istate_score}) fill_uniform(be_, *b, seed++);
-    if (!official_) continue;
+    if (!official_ || kv_.swa.packed()) continue;
     // The rows as the model writes them (attention(), compress()): QDQ'd at the official points,
     // so a synthesized context takes the same kernel paths as a real one (the fast indexer
     // rescores keys that are not FP4 values on CUDA cores).

@@ -6,6 +6,7 @@
 #include "core/safetensors.h"
 #include "model/block.h"
 #include "model/expert_parallel.h"
+#include "model/kv_layout.h"
 #include "model/model.h"
 #include "model/scratch.h"
 #include "model/step.h"
@@ -96,6 +97,7 @@ class V4Model : public Model {
   Numerics numerics_;
   bool official_;  // the official quantization points (official or fast numerics)
   DType act_;      // activations between ops (activation_dtype(numerics_))
+  KvRowShapes kv_;  // the cache's row formats (model/kv_layout.h stored_kv_rows; unpacked: rows of act_)
   WeightBinder binder_;
   Weight embed_, head_;
   Tensor norm_;

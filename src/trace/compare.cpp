@@ -75,6 +75,16 @@ void compare_indices(const Snapshot& a, const Snapshot& b, Check* c) {
   c->ok = c->gate == "mode" || c->exact;
 }
 
+// Packed KV rows (U8): byte for byte (they are state, exact everywhere).
+void compare_bytes(const Snapshot& a, const Snapshot& b, Check* c) {
+  c->n = a.numel();
+  for (int64_t i = 0; i < c->n; ++i) c->differ += a.bytes[size_t(i)] != b.bytes[size_t(i)];
+  c->exact = c->differ == 0;
+  c->bad = c->differ;
+  c->ratio = c->exact ? 0 : std::numeric_limits<double>::infinity();
+  c->ok = c->gate == "mode" || c->exact;
+}
+
 }  // namespace
 
 void compare(const Snapshot& a, const Snapshot& b, double rows_scale, Check* c) {
@@ -82,6 +92,11 @@ void compare(const Snapshot& a, const Snapshot& b, double rows_scale, Check* c) 
   if (a.dtype == DType::I32 || b.dtype == DType::I32) {
     DIL_CHECK(a.dtype == b.dtype, "trace: ", a.name, " is ", dtype_name(a.dtype), " on A, ", dtype_name(b.dtype), " on B");
     compare_indices(a, b, c);
+    return;
+  }
+  if (a.dtype == DType::U8 || b.dtype == DType::U8) {
+    DIL_CHECK(a.dtype == b.dtype, "trace: ", a.name, " is ", dtype_name(a.dtype), " on A, ", dtype_name(b.dtype), " on B");
+    compare_bytes(a, b, c);
     return;
   }
   const bool bf16 = a.dtype == DType::BF16 || b.dtype == DType::BF16;

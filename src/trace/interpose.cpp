@@ -168,11 +168,11 @@ void InterposingBackend::sparse_attention(const AttnArgs& a0, const StepMeta& m)
   run(c, [&] { in_.sparse_attention(a, m); });
 }
 
-void InterposingBackend::ring_write(const Tensor& kv0, Tensor ring, const StepMeta& m) {
+void InterposingBackend::ring_write(const Tensor& kv0, Tensor ring, const StepMeta& m, const kvpack::RowShape& pack) {
   Tensor kv = kv0;
   Call c = simple("ring_write", kv.size(0));
   c.args = {{"kv_new", &kv, Role::In}, {"ring", &ring, Role::InOut, true}};
-  run(c, [&] { in_.ring_write(kv, ring, m); });
+  run(c, [&] { in_.ring_write(kv, ring, m, pack); });
 }
 
 void InterposingBackend::compressor(const CompressorArgs& a0, const EmitPlan& plan, const StepMeta& m) {
@@ -187,11 +187,11 @@ void InterposingBackend::compressor(const CompressorArgs& a0, const EmitPlan& pl
 }
 
 void InterposingBackend::paged_write(const Tensor& rows0, Tensor cache, int rows_per_block, const EmitPlan& plan,
-                                     const StepMeta& m) {
+                                     const StepMeta& m, const kvpack::RowShape& pack) {
   Tensor rows = rows0;
   Call c = simple("paged_write", plan.n);
   c.args = {{"rows", &rows, Role::In}, {"cache", &cache, Role::InOut, true}};
-  run(c, [&] { in_.paged_write(rows, cache, rows_per_block, plan, m); });
+  run(c, [&] { in_.paged_write(rows, cache, rows_per_block, plan, m, pack); });
 }
 
 void InterposingBackend::indexer_topk(const IndexerArgs& a0, const StepMeta& m) {

@@ -98,10 +98,13 @@ class InterposingBackend : public Backend {
   void hc_pre(const Tensor& X, const HcArgs& a, const Tensor& collapse_pre, const Tensor& norm_w, Tensor pre,
               Tensor post, Tensor comb, Tensor xn) override;
   void sparse_attention(const AttnArgs& a, const StepMeta& m) override;
-  void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) override;
+  using Backend::ring_write;
+  void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m, const kvpack::RowShape& pack) override;
+  bool reads_packed_kv() const override { return in_.reads_packed_kv(); }
   void compressor(const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m) override;
-  void paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
-                   const StepMeta& m) override;
+  using Backend::paged_write;
+  void paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan, const StepMeta& m,
+                   const kvpack::RowShape& pack) override;
   void indexer_topk(const IndexerArgs& a, const StepMeta& m) override;
   void moe_route(const MoeRouteArgs& a) override;
   void moe_experts(const MoeExpertsArgs& a) override;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "model/kv_layout.h"
 #include "model/model.h"
 #include "trace/hooks.h"
 
@@ -63,9 +64,10 @@ struct Run {
 };
 
 std::unique_ptr<Model> load(const TraceOptions& o, InterposingBackend& be, Numerics n, ScopeTracker& scopes,
-                            int n_blocks) {
+                            int n_blocks, bool plain_kv) {
   ModelOptions mo;
   mo.numerics = n;
+  mo.plain_kv = plain_kv;
   mo.load_format = o.load_format;
   mo.seed = o.seed;
   mo.layers = o.layers;
@@ -135,11 +137,15 @@ TraceReport run_trace(const TraceOptions& o, Backend& a, Numerics na, Backend& b
   RecordHook rec(scopes_a);
   ReplayHook rep_hook(scopes_b, na, nb, rep.layers, &rep.checks);
   InterposingBackend be_a(a, rec, "trace-a"), be_b(b, rep_hook, "trace-b");
+  // Both sides hold the same cache layout, so that A's cache bytes are B's inputs: the packed
+  // rows where both would store them (kv_layout.h), else plain rows on both.
+  const auto packs = [](Numerics n, const Backend& be) { return kv_format(n) == KvFormat::Official && be.reads_packed_kv(); };
+  const bool plain_kv = packs(na, a) != packs(nb, b);
   auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<Model> ma = load(opt, be_a, na, scopes_a, n_blocks);
+  std::unique_ptr<Model> ma = load(opt, be_a, na, scopes_a, n_blocks, plain_kv);
   rep.load_a_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<Model> mb = load(opt, be_b, nb, scopes_b, n_blocks);
+  std::unique_ptr<Model> mb = load(opt, be_b, nb, scopes_b, n_blocks, plain_kv);
   rep.load_b_s = seconds_since(t0);
 
   std::vector<int32_t> blocks(static_cast<size_t>(n_blocks));

@@ -19,7 +19,8 @@ namespace dil {
 // Per head h, in double: s_j = (q[t,h] . k_j) * scale; mx = max_j s_j;
 //   out[t,h] = sum_j e^(s_j-mx) k_j / (sum_j e^(s_j-mx) + e^(sink_h - mx)), rounded once to f32.
 // Values are the keys (one shared d-wide row). q, kv_new, ring, comp and out: f32|bf16 (bf16
-// rows are widened exactly; out rounded to its dtype).
+// rows are widened exactly; out rounded to its dtype). ring / comp may hold packed rows
+// (ring_pack / comp_pack): dequantized on load, the values the writer's QDQ gives.
 void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
   cpu::check_act(a.q, "attention q");
   cpu::check_act(a.kv_new, "attention kv_new");
@@ -31,16 +32,14 @@ void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
   DIL_CHECK(a.sink.numel() == H, "attention: sink ", a.sink.shape_str(), " for ", H, " heads");
   const bool has_ring = !a.ring.empty();
   if (has_ring) {
-    cpu::check_act(a.ring, "attention ring");
-    DIL_CHECK(a.ring.ndim == 3 && a.ring.size(1) == W && a.ring.size(2) == d, "attention: ring ",
-              a.ring.shape_str());
+    cpu::check_kv(a.ring, a.ring_pack, d, "attention ring");
+    DIL_CHECK(a.ring.size(1) == W, "attention: ring ", a.ring.shape_str(), " for window ", W);
   }
   const int ratio = a.comp_ratio;
   const int64_t rpb = a.rows_per_block;
   if (ratio > 0) {
-    cpu::check_act(a.comp, "attention comp");
-    DIL_CHECK(rpb > 0 && a.comp.ndim == 3 && a.comp.size(1) == rpb && a.comp.size(2) == d,
-              "attention: comp ", a.comp.shape_str(), " rows_per_block ", rpb);
+    cpu::check_kv(a.comp, a.comp_pack, d, "attention comp");
+    DIL_CHECK(rpb > 0 && a.comp.size(1) == rpb, "attention: comp ", a.comp.shape_str(), " rows_per_block ", rpb);
   }
   const int64_t K = a.comp_idx.empty() ? 0 : a.comp_idx.size(1);
   if (K) {
@@ -55,8 +54,9 @@ void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
   std::vector<double> acc(static_cast<size_t>(d));  // [d]
   std::vector<float> qrow(static_cast<size_t>(d)), orow(static_cast<size_t>(d));  // [d]
   std::vector<std::pair<const Tensor*, int64_t>> rows;  // [n_keys] (tensor, row index) of one token
+  // Rows that are not f32 in place (bf16, packed) are widened / dequantized into `wide`.
   const bool bf16 = a.q.dtype == DType::BF16 || a.kv_new.dtype == DType::BF16 ||
-                    (has_ring && a.ring.dtype == DType::BF16) || (ratio > 0 && a.comp.dtype == DType::BF16);
+                    (has_ring && a.ring.dtype != DType::F32) || (ratio > 0 && a.comp.dtype != DType::F32);
   for (int64_t t = 0; t < T; ++t) {
     const int s = m.h_tok_seq[t], p = m.h_tok_pos[t];
     const int start = m.h_start_pos[s], q0 = m.h_q_start[s], slot = m.h_slot[s];
@@ -88,8 +88,11 @@ void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
     }
     const size_t nk = rows.size();
     if (bf16) wide.resize(nk * size_t(d));
-    for (size_t j = 0; j < nk; ++j)
-      keys.push_back(cpu::act_row(*rows[j].first, rows[j].second, d, bf16 ? wide.data() + j * size_t(d) : nullptr));
+    for (size_t j = 0; j < nk; ++j) {
+      const Tensor* src = rows[j].first;
+      const kvpack::RowShape none, &pack = src == &a.ring ? a.ring_pack : src == &a.comp ? a.comp_pack : none;
+      keys.push_back(cpu::kv_row(*src, pack, rows[j].second, d, bf16 ? wide.data() + j * size_t(d) : nullptr));
+    }
     sc.resize(nk);
     for (int64_t h = 0; h < H; ++h) {
       const float* qh = cpu::act_row(a.q, t * H + h, d, qrow.data());
@@ -115,24 +118,29 @@ void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
   }
 }
 
-// kv_new [T, d], ring [n_slots, W, d] (f32|bf16, the same dtype): for each sequence, its step tokens at positions
-// p >= start_pos + len - W (the last W of the sequence) are stored at ring[slot, p % W].
+// kv_new [T, d], ring [n_slots, W, d] (f32|bf16, the same dtype; or U8 packed rows [n_slots, W, B]
+// when pack.packed(), each row quantized once here): for each sequence, its step tokens at
+// positions p >= start_pos + len - W (the last W of the sequence) are stored at ring[slot, p % W].
 // Called after attention, so attention of this step reads the previous contents.
-void CpuBackend::ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) {
+void CpuBackend::ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m, const kvpack::RowShape& pack) {
   cpu::check_act(kv_new, "ring_write kv_new");
-  cpu::check_act(ring, "ring_write ring");
-  DIL_CHECK(kv_new.dtype == ring.dtype, "ring_write: ", dtype_name(kv_new.dtype), " rows into a ",
-            dtype_name(ring.dtype), " ring");
-  const size_t es = dtype_size(ring.dtype);
   const int64_t d = cpu::last_dim(kv_new), W = ring.size(1);
-  DIL_CHECK(ring.ndim == 3 && ring.size(2) == d, "ring_write: ring ", ring.shape_str(), " kv ",
-            kv_new.shape_str());
+  cpu::check_kv(ring, pack, d, "ring_write ring");
+  DIL_CHECK(pack.packed() || kv_new.dtype == ring.dtype, "ring_write: ", dtype_name(kv_new.dtype), " rows into a ",
+            dtype_name(ring.dtype), " ring");
+  std::vector<float> tmp(static_cast<size_t>(d));  // [d] one widened row
   for (int s = 0; s < m.n_seqs; ++s) {
     const int start = m.h_start_pos[s], len = m.h_len[s], q0 = m.h_q_start[s], slot = m.h_slot[s];
     DIL_CHECK(slot >= 0 && slot < ring.size(0), "ring_write: slot ", slot);
     for (int i = std::max(0, len - int(W)); i < len; ++i) {
       const int p = start + i;
-      std::memcpy(static_cast<char*>(ring.data) + size_t((int64_t(slot) * W + p % W) * d) * es,
+      const int64_t dst = int64_t(slot) * W + p % W;
+      if (pack.packed()) {
+        cpu::set_kv_row(ring, pack, dst, d, cpu::act_row(kv_new, q0 + i, d, tmp.data()));
+        continue;
+      }
+      const size_t es = dtype_size(ring.dtype);
+      std::memcpy(static_cast<char*>(ring.data) + size_t(dst * d) * es,
                   static_cast<const char*>(kv_new.data) + size_t(int64_t(q0 + i) * d) * es, size_t(d) * es);
     }
   }

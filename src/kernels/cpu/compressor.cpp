@@ -100,21 +100,27 @@ void CpuBackend::compressor(const CompressorArgs& a, const EmitPlan& plan, const
 // rows [n, d], cache [n_blocks, rpb, d] (f32|bf16, the same dtype):
 // cache[block_table[plan.seq[k], plan.row[k] / rpb], plan.row[k] % rpb] = rows[k].
 void CpuBackend::paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
-                             const StepMeta& m) {
+                             const StepMeta& m, const kvpack::RowShape& pack) {
   if (plan.n == 0) return;
   cpu::check_act(rows, "paged_write rows");
-  cpu::check_act(cache, "paged_write cache");
-  DIL_CHECK(rows.dtype == cache.dtype, "paged_write: rows ", dtype_name(rows.dtype), " into a ",
+  const int64_t d = cpu::last_dim(rows), rpb = rows_per_block;
+  cpu::check_kv(cache, pack, d, "paged_write cache");
+  DIL_CHECK(pack.packed() || rows.dtype == cache.dtype, "paged_write: rows ", dtype_name(rows.dtype), " into a ",
             dtype_name(cache.dtype), " cache");
-  const size_t es = dtype_size(cache.dtype);
-  const int64_t d = cpu::last_dim(cache), rpb = rows_per_block;
-  DIL_CHECK(cache.ndim == 3 && cache.size(1) == rpb && rows.numel() >= int64_t(plan.n) * d,
-            "paged_write: rows ", rows.shape_str(), " cache ", cache.shape_str(), " rpb ", rpb);
+  DIL_CHECK(cache.size(1) == rpb && rows.numel() >= int64_t(plan.n) * d, "paged_write: rows ", rows.shape_str(),
+            " cache ", cache.shape_str(), " rpb ", rpb);
+  std::vector<float> tmp(static_cast<size_t>(d));  // [d] one widened row
   for (int k = 0; k < plan.n; ++k) {
     const int s = plan.h_seq[k], r = plan.h_row[k];
     const int blk = m.h_block_table[size_t(s) * m.max_blocks + r / rpb];
     DIL_CHECK(blk >= 0 && blk < cache.size(0), "paged_write: row ", r, " of seq ", s, " has no block");
-    std::memcpy(static_cast<char*>(cache.data) + size_t((int64_t(blk) * rpb + r % rpb) * d) * es,
+    const int64_t dst = int64_t(blk) * rpb + r % rpb;
+    if (pack.packed()) {
+      cpu::set_kv_row(cache, pack, dst, d, cpu::act_row(rows, k, d, tmp.data()));
+      continue;
+    }
+    const size_t es = dtype_size(cache.dtype);
+    std::memcpy(static_cast<char*>(cache.data) + size_t(dst * d) * es,
                 static_cast<const char*>(rows.data) + size_t(int64_t(k) * d) * es, size_t(d) * es);
   }
 }

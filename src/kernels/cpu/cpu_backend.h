@@ -58,12 +58,15 @@ class CpuBackend : public Backend {
 
   // attention.cpp
   void sparse_attention(const AttnArgs& a, const StepMeta& m) override;
-  void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) override;
+  using Backend::ring_write;
+  void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m, const kvpack::RowShape& pack) override;
+  bool reads_packed_kv() const override { return true; }
 
   // compressor.cpp
   void compressor(const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m) override;
-  void paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
-                   const StepMeta& m) override;
+  using Backend::paged_write;
+  void paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan, const StepMeta& m,
+                   const kvpack::RowShape& pack) override;
   void reset_state(Tensor state_kv, Tensor state_score, const std::vector<int32_t>& slots) override;
 
   // indexer.cpp

@@ -18,6 +18,15 @@ const float* act_row(const Tensor& t, int64_t i, int64_t d, float* tmp);
 // Writes v[0, d) into row i of a host activation tensor (bf16: rounded to nearest even).
 void set_act_row(Tensor& t, int64_t i, int64_t d, const float* v);
 
+// KV cache tensors (backend.h AttnArgs): plain activation rows, or U8 packed rows when
+// pack.packed(). check_kv: the tensor is [n, rows, d] of the activation dtype, or U8
+// [n, rows, row_bytes(pack)] with pack.d == d. kv_row: row i of it as f32 (a packed row
+// dequantized into tmp[0, d), exactly the QDQ'd values). set_kv_row: row i <- v[0, d) (packed:
+// quantized once, kvpack::pack_row).
+void check_kv(const Tensor& t, const kvpack::RowShape& pack, int64_t d, const char* what);
+const float* kv_row(const Tensor& t, const kvpack::RowShape& pack, int64_t i, int64_t d, float* tmp);
+void set_kv_row(Tensor& t, const kvpack::RowShape& pack, int64_t i, int64_t d, const float* v);
+
 // An f32 image of a host activation tensor, for ops written on f32 loops. An f32 tensor is
 // used in place; a bf16 one is widened into a copy (exact), and, for an output (`write`),
 // rounded back element by element (RNE) by flush() or the destructor. Inputs and outputs may

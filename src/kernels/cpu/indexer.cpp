@@ -54,19 +54,18 @@ float fast_score(const float* q, const float* w, const float* k, int64_t Hi, int
 // B_b = max of their visible rows' scores, the newest visible block (n_vis-1)/cand_block scores
 // +inf, and the top min(cand_topk, #blocks) blocks (ties: lowest block) are written ascending,
 // -1 padded. With cand_in, rows outside the listed blocks are not selectable.
-// q, w and keys: f32|bf16 (widened exactly).
+// q, w and keys: f32|bf16 (widened exactly); keys may be packed (keys_pack: dequantized on load).
 // Fast numerics score with fast_score above (f32 arithmetic in the tensor-core kernel's order)
 // instead of the double sum; the selection is the same.
 void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
-  cpu::check_act(a.keys, "indexer keys");
   cpu::Staged sq(a.q, "indexer q"), sw(a.w, "indexer w");
   cpu::check_i32(a.out_idx, "indexer out_idx");
   const int64_t T = m.n_tokens, di = cpu::last_dim(a.q), Hi = a.q.numel() / (T * di), rpb = a.rows_per_block;
   const int topk = a.topk;
   DIL_CHECK(T * Hi * di == a.q.numel() && a.w.numel() == T * Hi, "indexer: q ", a.q.shape_str(), " w ",
             a.w.shape_str());
-  DIL_CHECK(a.keys.ndim == 3 && a.keys.size(1) == rpb && a.keys.size(2) == di, "indexer: keys ",
-            a.keys.shape_str(), " rpb ", rpb);
+  cpu::check_kv(a.keys, a.keys_pack, di, "indexer keys");
+  DIL_CHECK(a.keys.size(1) == rpb, "indexer: keys ", a.keys.shape_str(), " rpb ", rpb);
   DIL_CHECK(a.out_idx.numel() == T * topk, "indexer: out_idx ", a.out_idx.shape_str(), " topk ", topk);
   const int cand = !a.cand_out.empty() ? 1 : !a.cand_in.empty() ? 2 : 0;
   DIL_CHECK(a.scores_out.empty() || (a.cand_in.empty() && a.scores_out.dtype == DType::F32 &&
@@ -93,7 +92,7 @@ void CpuBackend::indexer_topk(const IndexerArgs& a, const StepMeta& m) {
     for (int r = 0; r < n_vis; ++r) {
       const int blk = m.h_block_table[size_t(s) * m.max_blocks + r / rpb];
       DIL_CHECK(blk >= 0 && blk < a.keys.size(0), "indexer: row ", r, " of seq ", s, " has no block");
-      const float* k = cpu::act_row(a.keys, int64_t(blk) * rpb + r % rpb, di, krow.data());
+      const float* k = cpu::kv_row(a.keys, a.keys_pack, int64_t(blk) * rpb + r % rpb, di, krow.data());
       if (fast) {
         score[r] = fast_score(pq + t * Hi * di, pw + t * Hi, k, Hi, di);
         continue;

@@ -42,6 +42,29 @@ void set_act_row(Tensor& t, int64_t i, int64_t d, const float* v) {
   for (int64_t c = 0; c < d; ++c) dst[c] = f32_to_bf16(v[c]);
 }
 
+void check_kv(const Tensor& t, const kvpack::RowShape& pack, int64_t d, const char* what) {
+  if (!pack.packed()) {
+    check_act(t, what);
+    DIL_CHECK(t.ndim == 3 && t.size(2) == d, what, ": ", t.shape_str(), " for rows of ", d);
+    return;
+  }
+  DIL_CHECK(!t.empty() && t.device == Device::CPU && t.dtype == DType::U8 && t.ndim == 3 &&
+                t.size(2) == int64_t(kvpack::row_bytes(pack)) && pack.d == d,
+            what, ": expected packed rows U8 [n, rows, ", kvpack::row_bytes(pack), "] of ", pack.d, " values for ", d,
+            ", got ", dtype_name(t.dtype), " ", t.shape_str());
+}
+
+const float* kv_row(const Tensor& t, const kvpack::RowShape& pack, int64_t i, int64_t d, float* tmp) {
+  if (!pack.packed()) return act_row(t, i, d, tmp);
+  kvpack::unpack_row(pack, t.ptr<uint8_t>() + size_t(i) * size_t(t.size(2)), tmp);
+  return tmp;
+}
+
+void set_kv_row(Tensor& t, const kvpack::RowShape& pack, int64_t i, int64_t d, const float* v) {
+  if (!pack.packed()) return set_act_row(t, i, d, v);
+  kvpack::pack_row(pack, v, t.ptr<uint8_t>() + size_t(i) * size_t(t.size(2)));
+}
+
 Staged::Staged(const Tensor& t0, const char* what, bool write) : orig_(t0), write_(write) {
   check_act(t0, what);
   t = t0;

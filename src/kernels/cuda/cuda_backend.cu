@@ -165,22 +165,29 @@ class CudaBackend final : public Backend {
   }
 
   void sparse_attention(const AttnArgs& a, const StepMeta& m) override {
+    DIL_CHECK(!a.ring_pack.packed() && !a.comp_pack.packed(), "cuda: packed KV rows are not implemented yet");
     const int K = a.comp_idx.empty() ? 0 : int(a.comp_idx.size(1));
     const OpSite s = attention_site(int(a.q.size(1)), int(a.q.size(2)), a.comp.empty() ? 0 : a.comp_ratio, K,
                                     a.q.dtype, numerics());
     cuda::sparse_attention(c_, a, m, impl_for(s, a.q.size(0)).name);
   }
-  void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m) override {
+  using Backend::ring_write;
+  // Packed rows (reads_packed_kv) are not read by the CUDA kernels yet: the model keeps plain rows here.
+  void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m, const kvpack::RowShape& pack) override {
+    DIL_CHECK(!pack.packed(), "cuda: packed KV rows are not implemented yet");
     cuda::ring_write(c_, kv_new, ring, m);
   }
   void compressor(const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m) override {
     cuda::compressor(c_, a, plan, m);
   }
-  void paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
-                   const StepMeta& m) override {
+  using Backend::paged_write;
+  void paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan, const StepMeta& m,
+                   const kvpack::RowShape& pack) override {
+    DIL_CHECK(!pack.packed(), "cuda: packed KV rows are not implemented yet");
     cuda::paged_write(c_, rows, cache, rows_per_block, plan, m);
   }
   void indexer_topk(const IndexerArgs& a, const StepMeta& m) override {
+    DIL_CHECK(!a.keys_pack.packed(), "cuda: packed indexer keys are not implemented yet");
     const int cand = !a.cand_out.empty() ? 1 : !a.cand_in.empty() ? 2 : 0;
     const OpSite s = indexer_site(int(a.q.size(1)), int(a.q.size(2)), a.topk, cand, a.cand_block, a.cand_topk,
                                   a.q.dtype, numerics());
