@@ -43,6 +43,25 @@ __global__ void gemm_simt_kernel(const TX* x, int64_t ldx, int64_t M, WView w, i
   gemm_tile(x + g * x_gstride, ldx, nullptr, m0, M, w, w_row0 + g * w_gstride, n0, N, w.k, out + g * o_gstride, ldo);
 }
 
+// The e4m3 code of y, |y| <= 448 (clamped by the caller), rounded to nearest even: the code of
+// d_round_e4m3 then d_f32_to_e4m3 (core/dtype.cpp f32_to_e4m3), in integer steps instead of
+// frexpf / ldexpf / divisions, which made the act-quant kernel compute-bound (checked equal to
+// f32_to_e4m3 for every finite f32 in [-448, 448]). Below 2^-6 the grid is 2^-9 (code 8 is
+// 2^-6, the first normal); above, the f32 mantissa rounds to 3 bits and the carry moves into
+// the exponent.
+__device__ __forceinline__ uint8_t e4m3_code_rn(float y) {
+  const uint32_t b = __float_as_uint(y);
+  const uint8_t sign = uint8_t((b >> 24) & 0x80u);
+  uint32_t a = b & 0x7fffffffu;
+  const float af = __uint_as_float(a);
+  if (af >= 448.0f) return sign | 0x7e;
+  if (af < 0.015625f) return sign | uint8_t(__float2int_rn(af * 512.0f));
+  a += 0x7ffffu + ((a >> 20) & 1u);
+  a &= 0xfff00000u;
+  const uint32_t code = ((((a >> 23) - 127u + 7u) << 3) | ((a >> 20) & 7u));
+  return sign | uint8_t(code > 0x7eu ? 0x7eu : code);
+}
+
 // x [M, K] (f32 | bf16) -> q e4m3 [Mp, K] (rows >= M zero) and scales f32 [K/128, Mp]
 // (token-fastest, the VEC128_32F layout; [Mp, K/128] with k_fastest), with the rounding of
 // fp8_qdq: s = pow2_ceil(max(amax,1e-4)/448).
@@ -81,10 +100,10 @@ __global__ void act_quant_kernel(const TX* x, int64_t M, int64_t Mp, int64_t K, 
   for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
   amax = fmaxf(warp_max(amax), 1e-4f);
   float s = d_pow2_ceil(amax * (1.0f / 448.0f));
+  const float inv_s = 1.0f / s;  // a power of two: v * inv_s is v / s exactly
   uint32_t packed = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    packed |= uint32_t(d_f32_to_e4m3(d_round_e4m3(fminf(fmaxf(v[i] / s, -448.f), 448.f)))) << (8 * i);
+  for (int i = 0; i < 4; ++i) packed |= uint32_t(e4m3_code_rn(fminf(fmaxf(v[i] * inv_s, -448.f), 448.f))) << (8 * i);
   *reinterpret_cast<uint32_t*>(qr + 4 * lane) = packed;
   if (lane == 0) sc[k_fastest ? m * nb + b : b * Mp + m] = s;
 }
@@ -326,7 +345,7 @@ bool linear_fp8_cutlass(Ctx& c, const bf16_t* x, int64_t M, const Weight& w, bf1
   g.m = int(Mp);
   g.n = int(N);
   g.k = int(K);
-  const CutlassTile tile = cutlass_tile_for(M);
+  const CutlassTile tile = cutlass_tile_for(M, N);
   const size_t wsb = std::max<size_t>(cutlass_fp8_workspace(tile, g), 16);
   Buffer ws = c.scratch(wsb);
   if (!cutlass_fp8_run(tile, g, ws.data(), wsb, c.stream)) return false;

@@ -32,10 +32,15 @@ enum class CutlassTile {
   Swap,  // transposed (swap-AB): 128 weight rows x 64 tokens x 128 K, cooperative, stream-K
 };
 const char* cutlass_tile_name(CutlassTile t);
-// The configuration linear's cutlass_fp8 runs at `rows` tokens (M64 up to this many rows; the
-// bench measures both, tests/cuda/test_bench_cutlass.cpp).
-constexpr int64_t kCutlassM64MaxRows = 64;
-inline CutlassTile cutlass_tile_for(int64_t rows) { return rows <= kCutlassM64MaxRows ? CutlassTile::M64 : CutlassTile::M128; }
+// The configuration linear's cutlass_fp8 runs for `rows` tokens and n weight rows: swap-AB
+// with stream-K while the 128x128 tiles would fill less than half the GPU's 132 SMs (few
+// tokens, or few weight rows), else the 128x128 cooperative kernel. Measured on the H200
+// (tests/cuda/test_bench_cutlass.cpp, docs/performance.md): wo_b at 64 rows swap 198 / m64 193 /
+// m128 162 TFLOP/s, at 512 rows (128 tiles) m128 1,111 / m64 852 / swap 768.
+constexpr int64_t kCutlassSwapBelowTiles = 66;
+inline CutlassTile cutlass_tile_for(int64_t rows, int64_t n) {
+  return (rows + 127) / 128 * (n / 128) < kCutlassSwapBelowTiles ? CutlassTile::Swap : CutlassTile::M128;
+}
 
 // Workspace bytes one call needs (the persistent tile scheduler's).
 size_t cutlass_fp8_workspace(CutlassTile t, const CutlassFp8Gemm& g);

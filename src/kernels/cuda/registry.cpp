@@ -226,8 +226,8 @@ std::vector<KernelImpl> build() {
       {"linear", "gemv", "the same GEMV for one row where cuBLASLt runs the site from 2 rows on", gemv_one, 0,
        gemv_bound, "tests/cuda/test_gemv.cpp", 1},
       {"linear", "cutlass_fp8", "activations (bf16) quantized to e4m3 per 128 by the same kernel, CUTLASS Hopper "
-       "blockwise FP8 GEMM (TMA, wgmma, persistent warp-specialized; 64x128 tiles up to 64 rows, 128x128 with 2-CTA "
-       "clusters above), weight block scales converted to f32 once at load, f32 promotion every 128 K, bf16 D from "
+       "blockwise FP8 GEMM (TMA, wgmma, persistent warp-specialized; swap-AB 128x64 tiles with stream-K while 128x128 "
+       "tiles would fill less than half the SMs, else 128x128 with 2-CTA clusters), weight block scales converted to f32 once at load, f32 promotion every 128 K, bf16 D from "
        "the epilogue", cutlass_fp8, kCutlassMinRows,
        tolerance(2e-3, 2e-2, true, "FP8 tensor-core accumulation before promotion"), lin},
       {"linear", "cublaslt_fp8", "activations (f32 or bf16) quantized to e4m3 per 128 by our kernel, cuBLASLt "
