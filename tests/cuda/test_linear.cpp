@@ -102,6 +102,12 @@ TEST_F(CudaLinear, Bf16AndF32) {
 //   the same bf16 rounding (exact).
 // - cublaslt_fp8: x QDQ'd to e4m3 per 128 (from bf16 now: the same values), the FP8 GEMM's
 //   bound (rel 2e-3 / abs 2e-2); cuBLASLt rounds its f32 result to a bf16 D once.
+// - cutlass_fp8 (bf16 in and out, >= 16 rows): the same quantization points as cublaslt_fp8
+//   (x QDQ'd to e4m3 per 128 by the same kernel, the weight's e4m3 codes and power-of-two block
+//   scales), the same 128-K promotion interval into an f32 accumulator and the same FP8 wgmma
+//   inside each block; scaling by sa * sb is exact (powers of two). Only the order of the f32
+//   block sums and the tensor core's in-block accumulation differ, both covered by the FP8
+//   bound: rel 2e-3 / abs 2e-2 (test_cutlass.cpp derives it and checks the row edges).
 // - cublaslt_bf16: bf16 x and a BF16 weight give exact products; the only error is cuBLASLt's
 //   f32 accumulation, the same GEMM (shapes, K, algorithm family) as the split path above,
 //   which meets rel 2e-5 / abs 1e-4 with its split error (2^-17 per activation) on top; so
@@ -140,7 +146,7 @@ class CudaLinearFast : public GemvParity {
       return;
     }
     double rel = 0, abs = 0;
-    if (impl == "cublaslt_fp8") {
+    if (impl == "cublaslt_fp8" || impl == "cutlass_fp8") {
       rel = 2e-3;
       abs = 2e-2;
     } else if (impl != "simt") {  // cublaslt_bf16, dequant_bf16_lt

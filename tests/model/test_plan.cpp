@@ -61,8 +61,15 @@ TEST(KernelPlan, V4FlashOnCudaPerMode) {
   // numerics quantize nothing, so the exact SIMT kernel runs them.
   EXPECT_EQ(impls(off, "linear", "CSA attn.wq_a"), V{"cublaslt_fp8"});
   // Fast numerics: the decode GEMV first (KernelImpl::max_rows), for one row where cuBLASLt
-  // takes the weight (FP8 128x128 with act 128, BF16: faster from 2 rows on).
-  EXPECT_EQ(impls(fast, "linear", "CSA attn.wq_a"), (V{"gemv", "cublaslt_fp8"}));
+  // takes the weight (FP8 128x128 with act 128, BF16: faster from 2 rows on), then CUTLASS's
+  // blockwise FP8 GEMM from 16 rows (bf16 in and out).
+  EXPECT_EQ(impls(fast, "linear", "CSA attn.wq_a"), (V{"gemv", "cublaslt_fp8", "cutlass_fp8"}));
+  for (const PlanEntry& e : fast.entries())
+    if (e.site.op == "linear" && e.site.where.find("attn.wq_a") != std::string::npos) {
+      EXPECT_EQ(e.for_rows(15).name, "cublaslt_fp8") << e.site.where;
+      EXPECT_EQ(e.for_rows(16).name, "cutlass_fp8") << e.site.where;
+      EXPECT_EQ(e.for_rows(4096).name, "cutlass_fp8") << e.site.where;
+    }
   for (const PlanEntry& e : fast.entries())
     if (e.site.op == "linear" && (e.site.where.find("attn.wq_a") != std::string::npos ||
                                   e.site.where.find("head") != std::string::npos)) {

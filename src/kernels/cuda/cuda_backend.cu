@@ -116,6 +116,7 @@ class CudaBackend final : public Backend {
     Weight w = host;
     if (!host.w.empty()) w.w = adopt_tensor(host.w);
     if (!host.scale.empty()) w.scale = adopt_tensor(host.scale);
+    cuda::prepare_weight(c_, w);
     return w;
   }
   Tensor adopt_tensor(const Tensor& host) override {

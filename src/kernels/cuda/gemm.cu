@@ -5,6 +5,10 @@
 //   and fast numerics): x quantized to e4m3 with ue8m0 scales per 128 by our kernel (reading
 //   f32 or bf16), then cuBLASLt's block-scaled FP8 GEMM (A = weights, BLK128x128_32F scales;
 //   B = activations, VEC128_32F scales) writing D in out's dtype (f32 or bf16) itself.
+// - cutlass_fp8 (fast numerics, bf16 in and out; V4's FP8 128x128 weights, act_block 128):
+//   x quantized by the same kernel (activation scales [K/128, Mp] f32, tokens fastest), then
+//   CUTLASS's Hopper blockwise FP8 GEMM (gemm_cutlass.h) with the weight's f32 block scales
+//   prepared once at load (prepare_weight), BF16 D written by its epilogue.
 // - cublaslt_bf16 (fast numerics): BF16 weight x BF16 activations in one cuBLASLt BF16 GEMM,
 //   f32 accumulation, D written by cuBLASLt in out's dtype.
 // - cublaslt_bf16_split (reference / official: f32 activations): x split into two bf16 terms
@@ -23,6 +27,7 @@
 //   kernels of gemm_simt.cuh / gemv.cuh, after an activation QDQ when asked.
 #include <cstdio>
 
+#include "kernels/cuda/gemm_cutlass.h"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/gemv_fast.cuh"
 
@@ -38,6 +43,25 @@ __global__ void gemm_simt_kernel(const TX* x, int64_t ldx, int64_t M, WView w, i
   gemm_tile(x + g * x_gstride, ldx, nullptr, m0, M, w, w_row0 + g * w_gstride, n0, N, w.k, out + g * o_gstride, ldo);
 }
 
+// The e4m3 code of y, |y| <= 448 (clamped by the caller), rounded to nearest even: the code of
+// d_round_e4m3 then d_f32_to_e4m3 (core/dtype.cpp f32_to_e4m3), in integer steps instead of
+// frexpf / ldexpf / divisions, which made the act-quant kernel compute-bound (checked equal to
+// f32_to_e4m3 for every finite f32 in [-448, 448]). Below 2^-6 the grid is 2^-9 (code 8 is
+// 2^-6, the first normal); above, the f32 mantissa rounds to 3 bits and the carry moves into
+// the exponent.
+__device__ __forceinline__ uint8_t e4m3_code_rn(float y) {
+  const uint32_t b = __float_as_uint(y);
+  const uint8_t sign = uint8_t((b >> 24) & 0x80u);
+  uint32_t a = b & 0x7fffffffu;
+  const float af = __uint_as_float(a);
+  if (af >= 448.0f) return sign | 0x7e;
+  if (af < 0.015625f) return sign | uint8_t(__float2int_rn(af * 512.0f));
+  a += 0x7ffffu + ((a >> 20) & 1u);
+  a &= 0xfff00000u;
+  const uint32_t code = ((((a >> 23) - 127u + 7u) << 3) | ((a >> 20) & 7u));
+  return sign | uint8_t(code > 0x7eu ? 0x7eu : code);
+}
+
 // x [M, K] (f32 | bf16) -> q e4m3 [Mp, K] (rows >= M zero) and scales f32 [K/128, Mp]
 // (token-fastest, the VEC128_32F layout; [Mp, K/128] with k_fastest), with the rounding of
 // fp8_qdq: s = pow2_ceil(max(amax,1e-4)/448).
@@ -51,22 +75,36 @@ __global__ void act_quant_kernel(const TX* x, int64_t M, int64_t Mp, int64_t K, 
   int64_t m = gw / nb, b = gw % nb;
   uint8_t* qr = q + m * K + b * 128;
   if (m >= M) {
-    for (int c = lane; c < 128; c += 32) qr[c] = 0;
+    reinterpret_cast<uint32_t*>(qr)[lane] = 0;
     if (lane == 0) sc[k_fastest ? m * nb + b : b * Mp + m] = 1.0f;
     return;
   }
-  const TX* xr = x + m * K + b * 128;
+  // Lane l holds block elements 4l .. 4l+3: one 8- or 16-byte load where x's base is 16-byte
+  // aligned (its rows then are: K is a multiple of 128), else four, and one 4-byte store. The
+  // amax is order-free, so codes and scales do not depend on the element-to-lane map.
+  const TX* xr = x + m * K + b * 128 + 4 * lane;
   float v[4];
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = ld_act(xr[i]);
+  } else if constexpr (std::is_same_v<TX, float>) {
+    const float4 f = *reinterpret_cast<const float4*>(xr);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  } else {
+    const uint2 u = *reinterpret_cast<const uint2*>(xr);
+    v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
+    v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
+  }
   float amax = 0.f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[i] = ld_act(xr[lane + 32 * i]);
-    amax = fmaxf(amax, fabsf(v[i]));
-  }
+  for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
   amax = fmaxf(warp_max(amax), 1e-4f);
   float s = d_pow2_ceil(amax * (1.0f / 448.0f));
+  const float inv_s = 1.0f / s;  // a power of two: v * inv_s is v / s exactly
+  uint32_t packed = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) qr[lane + 32 * i] = d_f32_to_e4m3(d_round_e4m3(fminf(fmaxf(v[i] / s, -448.f), 448.f)));
+  for (int i = 0; i < 4; ++i) packed |= uint32_t(e4m3_code_rn(fminf(fmaxf(v[i] * inv_s, -448.f), 448.f))) << (8 * i);
+  *reinterpret_cast<uint32_t*>(qr + 4 * lane) = packed;
   if (lane == 0) sc[k_fastest ? m * nb + b : b * Mp + m] = s;
 }
 
@@ -96,6 +134,13 @@ __global__ void weight_scale_kernel(const uint8_t* s, int64_t nbo, int64_t nbk, 
     c = i % nbk_pad;
   }
   out[i] = (r < nbo && c < nbk) ? d_e8m0_to_f32(s[r * nbk + c]) : 1.0f;
+}
+
+// E8M0 [n] -> f32 [n], same layout: the weight block scales CUTLASS reads ([N/128, K/128], K
+// blocks fastest, as the checkpoint stores them).
+__global__ void e8m0_f32_kernel(const uint8_t* s, int64_t n, float* out) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = d_e8m0_to_f32(s[i]);
 }
 
 __global__ void split_bf16_kernel(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) {
@@ -266,6 +311,49 @@ bool linear_fp8_lt(Ctx& c, const TX* x, int64_t M, const Weight& w, TO* out) {
   return true;
 }
 
+// cutlass_fp8. x [M, K] bf16 -> out [M, N] bf16, both packed. CUTLASS's TMA loads of the
+// activation scales need their row stride (the token count) a multiple of 4: M is padded to
+// Mp with zero rows (scale 1) and D goes through a scratch when Mp != M.
+bool linear_fp8_cutlass(Ctx& c, const bf16_t* x, int64_t M, const Weight& w, bf16_t* out) {
+  const int64_t N = w.out, K = w.in, nbk = K / 128, nbo = N / 128;
+  const int64_t Mp = (M + 3) / 4 * 4;
+  Buffer q = c.scratch(size_t(Mp * K));         // [Mp, K] e4m3
+  Buffer xs = c.scratch(size_t(nbk * Mp) * 4);  // [K/128, Mp] f32 activation scales
+  act_quant_kernel<bf16_t><<<grid_for(Mp * nbk * 32, 256), 256, 0, c.stream>>>(
+      x, M, Mp, K, static_cast<uint8_t*>(q.data()), static_cast<float*>(xs.data()), false);
+  DIL_LAUNCH_CHECK("act_quant_kernel");
+  Buffer ws_once;  // a weight that did not come through adopt_weight: its scales converted now
+  const float* sfb = nullptr;
+  auto it = c.fp8_scales_f32.find(w.scale.data);
+  if (it != c.fp8_scales_f32.end()) {
+    sfb = static_cast<const float*>(it->second.data());
+  } else {
+    ws_once = c.scratch(size_t(nbo * nbk) * 4);  // [N/128, K/128] f32
+    e8m0_f32_kernel<<<grid_for(nbo * nbk, 256), 256, 0, c.stream>>>(w.scale.ptr<uint8_t>(), nbo * nbk,
+                                                                    static_cast<float*>(ws_once.data()));
+    DIL_LAUNCH_CHECK("e8m0_f32_kernel");
+    sfb = static_cast<const float*>(ws_once.data());
+  }
+  Buffer d;
+  if (Mp != M) d = c.scratch(size_t(Mp * N) * 2);  // [Mp, N] bf16
+  CutlassFp8Gemm g;
+  g.a = q.data();
+  g.sfa = static_cast<const float*>(xs.data());
+  g.b = w.w.data;
+  g.sfb = sfb;
+  g.d = Mp == M ? static_cast<void*>(out) : d.data();
+  g.m = int(Mp);
+  g.n = int(N);
+  g.k = int(K);
+  const CutlassTile tile = cutlass_tile_for(M, N);
+  const size_t wsb = std::max<size_t>(cutlass_fp8_workspace(tile, g), 16);
+  Buffer ws = c.scratch(wsb);
+  if (!cutlass_fp8_run(tile, g, ws.data(), wsb, c.stream)) return false;
+  DIL_LAUNCH_CHECK("cutlass_fp8");
+  if (Mp != M) DIL_CUDA(cudaMemcpyAsync(out, d.data(), size_t(M * N) * 2, cudaMemcpyDeviceToDevice, c.stream));
+  return true;
+}
+
 // cublaslt_bf16: x [M, K] bf16, a BF16 weight; out [M, N] written by cuBLASLt in its dtype.
 template <class TO>
 bool linear_bf16_lt(Ctx& c, const bf16_t* x, int64_t M, const Weight& w, TO* out) {
@@ -356,6 +444,13 @@ void linear_typed(Ctx& c, const TX* x, int64_t M, const Weight& w, int act_block
   bool ran = false;
   if (impl == "cublaslt_fp8") {
     ran = linear_fp8_lt(c, x, M, w, out);
+  } else if (impl == "cutlass_fp8") {
+    DIL_CHECK(is_bf16<TX> && is_bf16<TO>, "linear cutlass_fp8: bf16 activations and output");
+    if constexpr (is_bf16<TX> && is_bf16<TO>) {
+      // CUTLASS declining a problem (alignment; the plan's requirements exclude it) leaves the
+      // cuBLASLt FP8 GEMM of the same numerics.
+      ran = linear_fp8_cutlass(c, x, M, w, out) || linear_fp8_lt(c, x, M, w, out);
+    }
   } else if (impl == "cublaslt_bf16") {
     DIL_CHECK(is_bf16<TX> && w.kind == Weight::Kind::BF16, "linear cublaslt_bf16: a BF16 weight and bf16 activations");
     if constexpr (is_bf16<TX>) ran = linear_bf16_lt(c, x, M, w, out);
@@ -420,6 +515,17 @@ template void gemm_simt<float, bf16_t>(Ctx&, const float*, int64_t, int64_t, con
                                        int, int64_t, int64_t, int64_t);
 template void gemm_simt<bf16_t, bf16_t>(Ctx&, const bf16_t*, int64_t, int64_t, const WView&, int64_t, bf16_t*,
                                         int64_t, int, int64_t, int64_t, int64_t);
+
+void prepare_weight(Ctx& c, const Weight& w) {
+  // cutlass_fp8's weight scales: FP8 128x128 blocks, N and K multiples of 128 (registry.cpp).
+  if (w.kind != Weight::Kind::FP8 || w.block_out != 128 || w.block_in != 128 || w.out % 128 || w.in % 128) return;
+  if (c.fp8_scales_f32.count(w.scale.data)) return;
+  const int64_t n = (w.out / 128) * (w.in / 128);
+  Buffer b = c.arena->get(size_t(n) * 4);  // [N/128, K/128] f32
+  e8m0_f32_kernel<<<grid_for(n, 256), 256, 0, c.stream>>>(w.scale.ptr<uint8_t>(), n, static_cast<float*>(b.data()));
+  DIL_LAUNCH_CHECK("e8m0_f32_kernel");
+  c.fp8_scales_f32.emplace(w.scale.data, std::move(b));
+}
 
 void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out, const std::string& impl) {
   DIL_CHECK(x.size(-1) == w.in, "linear: x ", x.shape_str(), " vs weight in ", w.in);

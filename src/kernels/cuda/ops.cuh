@@ -46,6 +46,10 @@ struct Ctx {
   std::unordered_map<const void*, ExpertTable> expert_tables;
   // sample_cluster per vocabulary size: 1 fits this device, -1 does not (absent: not yet asked).
   std::unordered_map<int64_t, int> sample_cluster_fit;
+  // Weight data derived once at load (prepare_weight, from adopt_weight), keyed by the device
+  // address of the checkpoint tensor it derives from (weights live as long as the backend):
+  // the f32 block scales [N/128, K/128] of FP8 128x128 weights that cutlass_fp8 reads.
+  std::unordered_map<const void*, Buffer> fp8_scales_f32;
   Buffer scratch(size_t bytes) { return arena->get(bytes); }
 };
 
@@ -81,6 +85,9 @@ std::map<std::string, double> measure_ceilings(cublasLtHandle_t lt, cudaStream_t
 // chose (registry.cpp names; Backend::impl_for is the dispatch point).
 // gemm.cu. out[m, :] = W . x[m, :] over `groups` independent groups (grouped_linear).
 void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out, const std::string& impl);
+// What a device weight needs derived once, at load, by the linear paths (cutlass_fp8's f32
+// block scales); a weight without it still runs, converting per call.
+void prepare_weight(Ctx& c, const Weight& w);
 void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, const std::string& impl);
 // The SIMT GEMM of linear / grouped_linear (its tiles, gemm_simt.cuh / gemv.cuh, are shared
 // with the MoE): out[M, N] (ldo) = X[M, K] (ldx) . W^T, double accumulation rounded once.

@@ -34,6 +34,16 @@ Reqs lt_fp8(const OpSite& s) {
           need(s.act_block == 128, "activations FP8-quantized per 128 (act_block 128)"),
           need(s.n % 128 == 0 && s.k % 128 == 0, "N and K multiples of 128"), act_f32_or_bf16(s)};
 }
+// CUTLASS's blockwise FP8 GEMM (gemm_cutlass.h): cuBLASLt's FP8 requirements, bf16 in and out
+// (one kernel instantiation per output type; the f32-output sites keep cuBLASLt).
+Reqs cutlass_fp8(const OpSite& s) {
+  Reqs r = lt_fp8(s);
+  r.push_back(need(s.numerics == Numerics::Fast, "fast numerics"));
+  r.push_back(need(s.act == DType::BF16 && s.out == DType::BF16, "bf16 activations and output"));
+  return r;
+}
+// From this many rows cutlass_fp8 takes over from cuBLASLt (below it both stream the weight).
+constexpr int64_t kCutlassMinRows = 16;
 Reqs lt_bf16(const OpSite& s);
 bool all_met(const Reqs& r) {
   return std::all_of(r.begin(), r.end(), [](const std::string& x) { return x.empty(); });
@@ -216,6 +226,11 @@ std::vector<KernelImpl> build() {
        gemv_bound, "tests/cuda/test_gemv.cpp", kGvMaxRows},
       {"linear", "gemv", "the same GEMV for one row where cuBLASLt runs the site from 2 rows on", gemv_one, 0,
        gemv_bound, "tests/cuda/test_gemv.cpp", 1},
+      {"linear", "cutlass_fp8", "activations (bf16) quantized to e4m3 per 128 by the same kernel, CUTLASS Hopper "
+       "blockwise FP8 GEMM (TMA, wgmma, persistent warp-specialized; swap-AB 128x64 tiles with stream-K while 128x128 "
+       "tiles would fill less than half the SMs, else 128x128 with 2-CTA clusters), weight block scales converted to f32 once at load, f32 promotion every 128 K, bf16 D from "
+       "the epilogue", cutlass_fp8, kCutlassMinRows,
+       tolerance(2e-3, 2e-2, true, "FP8 tensor-core accumulation before promotion"), lin},
       {"linear", "cublaslt_fp8", "activations (f32 or bf16) quantized to e4m3 per 128 by our kernel, cuBLASLt "
        "block-scaled FP8 GEMM (weights BLK128x128_32F, activations VEC128_32F), f32 accumulation, D written by "
        "cuBLASLt in the output's dtype", lt_fp8, 0,
