@@ -148,6 +148,18 @@ class CudaParity : public ::testing::Test {
     gpu = make_backend(BackendKind::CUDA, 0, test_options());
   }
 
+  // Milliseconds per call of fn(i) (i = call number) between two events on `be`'s stream, over
+  // `reps` back-to-back calls after 3 warm-ups (the benches of single kernels: no host gaps).
+  static double event_ms_per_call(Backend& be, const std::function<void(int)>& fn, int reps) {
+    for (int i = 0; i < 3; ++i) fn(i);
+    be.synchronize();
+    const int a = be.record_event();
+    for (int i = 0; i < reps; ++i) fn(i);
+    const int b = be.record_event();
+    const double ms = be.elapsed_ms(a, b) / reps;
+    be.clear_events();
+    return ms;
+  }
   // Median wall-clock milliseconds of fn over `reps` runs after 2 warm-ups, waiting for `be`:
   // the backend whose stream fn's ops run on (a backend made with forced kernels has its own).
   static double median_wall_ms(Backend& be, const std::function<void()>& fn, int reps = 10) {

@@ -71,16 +71,6 @@ class CudaBenchCutlass : public CudaParity {
     cudaEventElapsedTime(&ms, e0, e1);
     return ms / reps;
   }
-  static double time_backend(Backend& be, const std::function<void(int)>& fn, int reps) {
-    for (int i = 0; i < 3; ++i) fn(i);
-    be.synchronize();
-    const int a = be.record_event();
-    for (int i = 0; i < reps; ++i) fn(i);
-    const int b = be.record_event();
-    const double ms = be.elapsed_ms(a, b) / reps;
-    be.clear_events();
-    return ms;
-  }
   static void report(const std::string& impl, const Shape& s, int64_t M, double ms) {
     const std::string shape = std::string(s.what) + " M=" + std::to_string(M);
     if (ms < 0) {
@@ -218,7 +208,7 @@ TEST_F(CudaBenchCutlass, DISABLED_Fp8Projections) {
         const std::string impl =
             be->impl_for(linear_site(ws_be[0], 128, DType::BF16, DType::BF16, Numerics::Fast), M).name;
         const double ms =
-            time_backend(*be, [&](int i) { be->linear(x, ws_be[size_t(i % copies)], 128, o); }, reps);
+            event_ms_per_call(*be, [&](int i) { be->linear(x, ws_be[size_t(i % copies)], 128, o); }, reps);
         report("op " + impl, s, M, ms);
       }
     }

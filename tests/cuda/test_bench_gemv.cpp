@@ -15,17 +15,6 @@ namespace {
 
 class CudaBenchGemv : public CudaParity {
  protected:
-  // Milliseconds per call of fn(i) (i = call number), over `reps` calls after 3 warm-ups.
-  static double time_calls(Backend& be, const std::function<void(int)>& fn, int reps) {
-    for (int i = 0; i < 3; ++i) fn(i);
-    be.synchronize();
-    const int a = be.record_event();
-    for (int i = 0; i < reps; ++i) fn(i);
-    const int b = be.record_event();
-    const double ms = be.elapsed_ms(a, b) / reps;
-    be.clear_events();
-    return ms;
-  }
   static void report(const std::string& op, const std::string& shape, double ms, double bytes) {
     std::printf("BENCH | %-26s | %-34s | %9.4f ms | %8.1f GB/s (weights)\n", op.c_str(), shape.c_str(), ms,
                 bytes / ms * 1e-6);
@@ -79,7 +68,7 @@ TEST_F(CudaBenchGemv, DISABLED_Linear) {
     const int reps = std::max(copies, 20);
     for (Backend* be : {fast.get(), old.get()}) {
       const std::string impl = be->impl_for(linear_site(ws[0], c.act, DType::BF16, c.odt, Numerics::Fast), c.T).name;
-      const double ms = time_calls(*be, [&](int i) { be->linear(x, ws[size_t(i % copies)], c.act, o); }, reps);
+      const double ms = event_ms_per_call(*be, [&](int i) { be->linear(x, ws[size_t(i % copies)], c.act, o); }, reps);
       report("linear " + impl, c.what, ms, wbytes);
     }
   }
@@ -152,7 +141,7 @@ TEST_F(CudaBenchGemv, DISABLED_MoeDecode) {
       for (Backend* be : {fast.get(), old.get()}) {
         const std::string impl =
             be->impl_for(moe_experts_site(g1[0], m.act, DType::BF16, DType::F32, Numerics::Fast), T).name;
-        const double ms = time_calls(*be, [&](int i) {
+        const double ms = event_ms_per_call(*be, [&](int i) {
           a.route_idx = idx_dev[size_t(i % kVariants)];
           be->moe_experts(a);
         }, 24);

@@ -65,6 +65,22 @@ inline Diff compare_logits(const std::vector<float>& got, const std::vector<floa
   return d;
 }
 
+// Logits [positions, V] of every position of one sequence on `model`, feeding `ids` in the
+// given chunk sizes (which must add up to ids.size()).
+inline std::vector<float> run_chunks(Model& model, const std::vector<int32_t>& ids, const std::vector<int>& chunks) {
+  SingleSequence seq(model, int(ids.size()));
+  std::vector<float> all;
+  size_t pos = 0;
+  for (int c : chunks) {
+    std::vector<int32_t> part(ids.begin() + ptrdiff_t(pos), ids.begin() + ptrdiff_t(pos) + c);
+    auto lg = seq.feed(part, true);
+    all.insert(all.end(), lg.begin(), lg.end());
+    pos += size_t(c);
+  }
+  EXPECT_EQ(pos, ids.size());
+  return all;
+}
+
 // A model of a fixture folder on the CPU backend with one of its reference files.
 struct ModelFixture {
   std::unique_ptr<Backend> be = make_backend(BackendKind::CPU);
@@ -80,17 +96,7 @@ struct ModelFixture {
   }
   // Logits of every position, feeding `ids` in the given chunk sizes.
   std::vector<float> run(const std::vector<int32_t>& ids, const std::vector<int>& chunks) {
-    SingleSequence seq(*model, int(ids.size()));
-    std::vector<float> all;
-    size_t pos = 0;
-    for (int c : chunks) {
-      std::vector<int32_t> part(ids.begin() + ptrdiff_t(pos), ids.begin() + ptrdiff_t(pos) + c);
-      auto lg = seq.feed(part, true);
-      all.insert(all.end(), lg.begin(), lg.end());
-      pos += size_t(c);
-    }
-    EXPECT_EQ(pos, ids.size());
-    return all;
+    return run_chunks(*model, ids, chunks);
   }
   // Logits of the prompt's last position and of each generated id fed back one at a time
   // (all but the last): the rows a greedy decode of `gen` produced.

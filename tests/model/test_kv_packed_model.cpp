@@ -25,19 +25,6 @@ std::unique_ptr<Model> fast_model(Backend& be, const std::string& dir, bool plai
   return load_model(dir, be, o);
 }
 
-std::vector<float> run(Model& model, const std::vector<int32_t>& ids, const std::vector<int>& chunks) {
-  SingleSequence seq(model, int(ids.size()));
-  std::vector<float> all;
-  size_t pos = 0;
-  for (int c : chunks) {
-    std::vector<int32_t> part(ids.begin() + ptrdiff_t(pos), ids.begin() + ptrdiff_t(pos) + c);
-    auto lg = seq.feed(part, true);
-    all.insert(all.end(), lg.begin(), lg.end());
-    pos += size_t(c);
-  }
-  return all;
-}
-
 void expect_packed_equals_plain(const std::string& dir) {
   auto be = make_backend(BackendKind::CPU);
   auto packed = fast_model(*be, dir, false), plain = fast_model(*be, dir, true);
@@ -46,7 +33,7 @@ void expect_packed_equals_plain(const std::string& dir) {
   ids.resize(160);  // past the window (128), several compressed rows of every ratio, one of 128
   const int64_t V = packed->config().vocab_size;
   for (const std::vector<int>& chunks : {std::vector<int>{160}, std::vector<int>{50, 47, 63}, single_steps(124, 160)}) {
-    const std::vector<float> a = run(*packed, ids, chunks), b = run(*plain, ids, chunks);
+    const std::vector<float> a = run_chunks(*packed, ids, chunks), b = run_chunks(*plain, ids, chunks);
     Diff d = compare_logits(a, b, V);
     expect_within(d, 0, 0, dir + " packed vs plain cache, " + std::to_string(chunks.size()) + " chunks");
     ASSERT_EQ(a.size(), b.size());
