@@ -41,6 +41,7 @@
 #include "cli/load_report.h"
 #include "cli/shared_options.h"
 #include "model/cost.h"
+#include "model/kv_layout.h"
 #include "model/model.h"
 #include "model/replay.h"
 #include "model/v41_model.h"
@@ -64,6 +65,7 @@ struct BenchModelOptions {
   uint64_t seed = ModelOptions{}.seed;
   int block_tokens = CacheSpec{}.block_tokens;
   bool no_replay = !ModelOptions{}.decoder_replay;
+  bool plain_kv = false;  // bf16 / f32 cache rows instead of the official packed ones (a baseline)
   LaunchRequest launch;
 };
 struct BenchPrefillOptions : BenchModelOptions {
@@ -248,6 +250,7 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   opt.seed = o.seed;
   opt.decoder_replay = !o.no_replay;
   opt.load_mtp = mtp;
+  opt.plain_kv = o.plain_kv;
   if (o.layers == "all") {
     for (int L = 0; L < cfg.n_layers; ++L) opt.layers.push_back(L);
   } else if (!o.layers.empty()) {
@@ -267,8 +270,20 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   if (!quiet) std::fprintf(stderr, "%s\n", loaded_line(printer.last(), "").c_str());
   const int64_t blocks_per_seq = (cached + new_tokens + spec_tokens + bt - 1) / bt;
   // Speculative verify: slots [n_seqs, 2 n_seqs) hold the engine's per-step snapshots.
-  model->allocate_cache(int(blocks_per_seq * n_seqs), int(n_seqs * (spec_tokens > 0 ? 2 : 1)), bt);
+  const int64_t n_blocks = blocks_per_seq * n_seqs, n_slots = n_seqs * (spec_tokens > 0 ? 2 : 1);
+  model->allocate_cache(int(n_blocks), int(n_slots), bt);
   model->randomize_cache(opt.seed + 1);
+  // What the cache holds (issue 28): the subset's bytes as allocated (cache_spec: the stored row
+  // formats, packed in fast numerics where the backend reads them), the same context at full
+  // depth (kv_layout of the stored format, every layer), and the device memory in use.
+  const CacheSpec kv_sub = model->cache_spec(bt);
+  const KvFormat kv_fmt =
+      stored_kv_rows(cfg, o.numerics, *be, o.plain_kv).swa.packed() ? KvFormat::Official : KvFormat::F32;
+  const KvLayout kv_full = kv_layout(cfg, bt, kv_fmt);
+  const double kv_sub_bytes = double(kv_sub.bytes_per_block) * double(n_blocks) + double(kv_sub.bytes_per_slot) * double(n_slots);
+  const double kv_full_bytes =
+      double(kv_full.spec.bytes_per_block) * double(n_blocks) + double(kv_full.spec.bytes_per_slot) * double(n_slots);
+  const Backend::MemoryInfo mem = be->memory_info();
   auto make_batch = [&](int64_t n_new, bool all_logits) {
     StepBatch batch;
     for (int64_t s = 0; s < n_seqs; ++s) {
@@ -374,6 +389,18 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
                 (long long)(new_tokens * cfg.n_layers), 100.0 * double(rows_sum) / double(new_tokens * cfg.n_layers),
                 full_flops / 1e12, full_flops_all / 1e12);
   }
+  constexpr double kGiB = double(1ll << 30);
+  std::printf("kv cache (%s rows): %lld sequences x %lld tokens = %lld tokens in %lld blocks of %d; subset %.2f GiB "
+              "(%.1f B/token, %.2f MiB/slot)",
+              kv_fmt == KvFormat::Official ? "official packed" : "plain", (long long)n_seqs,
+              (long long)(cached + new_tokens), (long long)(n_seqs * (cached + new_tokens)), (long long)n_blocks, bt,
+              kv_sub_bytes / kGiB, double(kv_sub.bytes_per_block) / bt, double(kv_sub.bytes_per_slot) / (1 << 20));
+  // Full depth from kv_layout: exact for the official rows (plain fast rows are bf16, which
+  // kv_layout's F32 layout does not describe).
+  if (kv_fmt == KvFormat::Official)
+    std::printf("; full depth %.2f GiB (%.2f B/token, %.2f MiB/slot)", kv_full_bytes / kGiB,
+                kv_full.global_bytes_per_token, double(kv_full.spec.bytes_per_slot) / (1 << 20));
+  std::printf("; device memory in use %.2f of %.2f GiB\n", double(mem.in_use) / kGiB, double(mem.total) / kGiB);
   std::printf("measured step (subset, no profiling events): %.3f ms  -> %.1f tok/s\n", r.step_ms, tokens / (r.step_ms / 1e3));
   std::printf("host per step: %.3f ms in the forward (planning + launches, until forward_device returns), "
               "%.3f ms sampling on the device (pack + upload + kernel + ids back; waits for the step)\n",
@@ -393,7 +420,12 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
               {"layer_kind_ms", r.layer_kind_ms}, {"ceilings", ceil}, {"floor_ms_subset", subset_floor},
               {"floor_ms_full", full_floor}, {"extrapolated", extrapolable && !full_depth}, {"full_depth", full_depth},
               {"replay", replay}, {"rows_per_layer", rows_full}, {"flops_full", full_flops},
-              {"flops_full_no_replay", full_flops_all}, {"floor_ms_full_no_replay", full_floor_all}};
+              {"flops_full_no_replay", full_flops_all}, {"floor_ms_full_no_replay", full_floor_all},
+              {"kv", {{"format", kv_fmt == KvFormat::Official ? "official" : "plain"}, {"blocks", n_blocks},
+                      {"slots", n_slots}, {"subset_bytes", kv_sub_bytes}, {"full_depth_bytes", kv_fmt == KvFormat::Official ? kv_full_bytes : 0.0},
+                      {"full_bytes_per_token", kv_full.global_bytes_per_token},
+                      {"full_bytes_per_slot", kv_full.spec.bytes_per_slot}, {"device_in_use", mem.in_use},
+                      {"device_total", mem.total}}}};
   if (full_depth) out["tok_s_gpu"] = tokens / (r.step_ms / 1e3);
   if (extrapolable && !full_depth) {
     out["full_ms_extrapolated"] = full_ms;
@@ -428,6 +460,9 @@ void add_model_options(CLI::App* c, BenchModelOptions& o) {
   c->add_option("--json", o.json, "also write the results to this JSON file");
   c->add_option("--seed", o.seed, "seed of the random weights and cache");
   c->add_option("--block-tokens", o.block_tokens, "tokens per paged KV block")->check(CLI::PositiveNumber);
+  add_switch(c, "--plain-kv", o.plain_kv,
+             "fast numerics: keep the caches as rows of the activation dtype instead of the official packed formats "
+             "(the baseline of the packed storage)");
   add_switch(c, "--no-replay", o.no_replay,
              "V4.1: every layer on every new token (no decoder replay), the baseline of the replay's gain");
   add_launch_options(c, o.launch, true);

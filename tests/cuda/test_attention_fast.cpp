@@ -392,6 +392,86 @@ class CudaAttentionFast : public CudaParity {
     check(sub, got, run_cpu(sub), impl);
   }
 
+  // Packed KV rows (issue 28): rows [n, D] of bf16 packed in shape `s` (core/kv_packed.h) and
+  // replaced by their dequantized values (exact in bf16), so a plain cache holds the same values.
+  static std::vector<uint8_t> pack_rows(std::vector<uint16_t>& rows, int64_t D, const kvpack::RowShape& s) {
+    const size_t rb = kvpack::row_bytes(s), n = rows.size() / size_t(D);
+    std::vector<uint8_t> out(n * rb);
+    std::vector<float> x(static_cast<size_t>(D));
+    for (size_t r = 0; r < n; ++r) {
+      for (int64_t d = 0; d < D; ++d) x[size_t(d)] = bf16_to_f32(rows[r * size_t(D) + size_t(d)]);
+      kvpack::pack_row(s, x.data(), out.data() + r * rb);
+      kvpack::unpack_row(s, out.data() + r * rb, x.data());
+      for (int64_t d = 0; d < D; ++d) {
+        const uint16_t b = f32_to_bf16(x[size_t(d)]);
+        EXPECT_EQ(bf16_to_f32(b), x[size_t(d)]) << "a packed value is not exact in bf16";
+        rows[r * size_t(D) + size_t(d)] = b;
+      }
+    }
+    return out;
+  }
+
+  // The step on the packed cache (ring in `ring_s`, compressed rows in `comp_s`) against the
+  // same step on a bf16 cache of the unpacked values: the kernels dequantize packed rows into
+  // the same BF16 tile values, so the outputs must be equal bit for bit (not just within the
+  // bound: same operands, same arithmetic). Also checks the packed writers: ring_write /
+  // paged_write of the unpacked rows store exactly the packed bytes.
+  void run_packed(AttnCase c, uint32_t seed, FastAttn f, const kvpack::RowShape& ring_s, const kvpack::RowShape& comp_s,
+                  const char* want_impl) {
+    FastStep st = make_step(c, seed, f);
+    const std::vector<uint8_t> ring_p = pack_rows(st.ring, st.D, ring_s);
+    const std::vector<uint8_t> comp_p = st.ratio ? pack_rows(st.comp, st.D, comp_s) : std::vector<uint8_t>();
+    std::string impl;
+    const auto plain = run_gpu(st, f.force, &impl);
+    EXPECT_EQ(impl, *f.force ? f.force : want_impl) << c.what;
+    const int64_t T = st.m.n_tokens, H = st.H, D = st.D;
+    StepMeta gm = st.m;
+    upload_meta(gm);
+    AttnArgs ga = st.host_args();
+    ga.q = devb(st.q, {T, H, D});
+    ga.kv_new = devb(st.kv, {T, D});
+    const int64_t rrb = int64_t(kvpack::row_bytes(ring_s));
+    ga.ring = dev(ring_p, DType::U8, {st.n_slots, kW, rrb});
+    ga.ring_pack = ring_s;
+    if (st.ratio) {
+      const int64_t crb = int64_t(kvpack::row_bytes(comp_s));
+      ga.comp = dev(comp_p, DType::U8, {st.n_blocks, st.rpb, crb});
+      ga.comp_pack = comp_s;
+    }
+    if (st.K) ga.comp_idx = devi(st.idx, {T, st.K});
+    ga.sink = devf(st.sink, {H});
+    ga.out = poisoned(DType::BF16, {T, H, D});
+    gpu->sparse_attention(ga, gm);
+    const auto packed = downb(ga.out);
+    ASSERT_EQ(packed.size(), plain.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < plain.size(); ++i) differ += f32_to_bits(packed[i]) != f32_to_bits(plain[i]);
+    std::printf("PARITY | %-22s | %-34s | packed vs bf16 rows: %zu of %zu differ | %s\n", ("attn " + impl).c_str(),
+                c.what, differ, plain.size(), differ == 0 ? "ok" : "FAIL");
+    EXPECT_EQ(differ, 0u) << c.what << ": packed rows give other outputs than their bf16 values";
+
+    // The writers: the step's first ring rows and compressed rows written from bf16 rows of the
+    // unpacked values land as exactly the packed bytes. One sequence of n tokens at 0 into slot
+    // 0 (ring rows 0..n-1), and n rows into block 0.
+    const int n = int(std::min<int64_t>(kW, 64));
+    std::vector<uint16_t> rows(st.ring.begin(), st.ring.begin() + int64_t(n) * D);  // slot 0 rows 0..n-1
+    StepMeta wm = make_meta({{0, n, 0, {0}}});
+    upload_meta(wm);
+    Tensor ring_w = dev(std::vector<uint8_t>(size_t(kW * rrb), 0xAB), DType::U8, {1, kW, rrb});
+    gpu->ring_write(devb(rows, {n, D}), ring_w, wm, ring_s);
+    const auto got_ring = down<uint8_t>(ring_w);
+    // Values, not bytes: a block whose amax lands on exactly half a power of two re-packs with
+    // the next smaller scale and twice the codes (same values).
+    size_t wrong = 0;
+    std::vector<float> a(static_cast<size_t>(D)), b(static_cast<size_t>(D));
+    for (int r = 0; r < n; ++r) {
+      kvpack::unpack_row(ring_s, ring_p.data() + int64_t(r) * rrb, a.data());
+      kvpack::unpack_row(ring_s, got_ring.data() + int64_t(r) * rrb, b.data());
+      for (int64_t d = 0; d < D; ++d) wrong += f32_to_bits(a[size_t(d)]) != f32_to_bits(b[size_t(d)]);
+    }
+    EXPECT_EQ(wrong, 0u) << c.what << ": ring_write's packed rows hold other values";
+  }
+
   std::string forced_;  // the implementation gpu was made with ("" = the plan's)
 };
 
@@ -464,6 +544,36 @@ TEST_F(CudaAttentionFast, OtherImplementations) {
   forced.force = "fp64";
   run({"fp64 forced 64x512 hca m128 T=18", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 283, forced);
   run({"fp64 forced 64x512 v41 m2 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 284, forced);
+}
+
+// Packed KV rows (issue 28, fast numerics' cache): every fast implementation reads the official
+// formats (V4 584 B rows for the window and compressed rows; V4.1 FP8 window rows and FP4 main
+// KV) to the same outputs as bf16 rows of the same values.
+TEST_F(CudaAttentionFast, PackedRowsEqualBf16Rows) {
+  const kvpack::RowShape v4{kvpack::Format::V4Row, 512, 64}, v41_swa{kvpack::Format::Fp8B32, 512, 0},
+      v41_kv{kvpack::Format::Fp4E4m3B16, 512, 0};
+  FastAttn flash;
+  run_packed({"packed csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 321, flash, v4,
+             v4, "flash_bf16");
+  run_packed({"packed hca m128 T=18", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 322, flash, v4, v4,
+             "flash_bf16");
+  run_packed({"packed decode csa T=1 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 323, flash, v4, v4, "flash_bf16");
+  run_packed({"packed v41 m2 K512 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 324, flash, v41_swa, v41_kv,
+             "flash_bf16");
+  FastAttn mma;
+  mma.force = "mma_bf16";
+  run_packed({"packed mma csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 325, mma,
+             v4, v4, "");
+  run_packed({"packed mma v41 m2 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 326, mma, v41_swa, v41_kv, "");
+  FastAttn small;  // v4-tiny shapes: 4 x 128 heads, fp64
+  small.H = 4;
+  small.D = 128;
+  const kvpack::RowShape t4{kvpack::Format::V4Row, 128, 64}, t41_swa{kvpack::Format::Fp8B32, 128, 0},
+      t41_kv{kvpack::Format::Fp4E4m3B16, 128, 0};
+  run_packed({"packed fp64 4x128 csa T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 327, small, t4,
+             t4, "fp64");
+  run_packed({"packed fp64 4x128 v41 m2 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 328, small, t41_swa,
+             t41_kv, "fp64");
 }
 
 }  // namespace

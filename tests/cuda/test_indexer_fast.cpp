@@ -60,6 +60,7 @@ struct FastCase {
   int spread;        // FP4 block-scale spread 2^[-spread, spread]; 0: raw bf16 values (not FP4-QDQ'd)
   int dup;           // > 0: key rows repeat with this period (exact ties)
   const char* impl;  // the implementation the plan must pick (or forced when not the default)
+  bool packed = false;  // keys stored packed on the GPU (Fp4B32, 68 B rows: fast numerics' cache)
 };
 
 class CudaIndexerFast : public CudaParity {
@@ -99,6 +100,20 @@ class CudaIndexerFast : public CudaParity {
       for (int64_t r = 0; r < NB * rpb; ++r) std::copy_n(keys.begin() + (r % c.dup) * di, di, keys.begin() + r * di);
     }
     std::vector<uint16_t> qb = bf16_of(q), wb = bf16_of(w), kb = bf16_of(keys);
+    // Packed keys: the official rows of the keys, and the plain keys replaced by their values.
+    const kvpack::RowShape kps{kvpack::Format::Fp4B32, di, 0};
+    const size_t krb = kvpack::row_bytes(kps);
+    std::vector<uint8_t> kpk;
+    if (c.packed) {
+      kpk.resize(size_t(NB * rpb) * krb);
+      std::vector<float> x(static_cast<size_t>(di));
+      for (int64_t r = 0; r < NB * rpb; ++r) {
+        for (int i = 0; i < di; ++i) x[size_t(i)] = bf16_to_f32(kb[size_t(r * di + i)]);
+        kvpack::pack_row(kps, x.data(), kpk.data() + size_t(r) * krb);
+        kvpack::unpack_row(kps, kpk.data() + size_t(r) * krb, x.data());
+        for (int i = 0; i < di; ++i) kb[size_t(r * di + i)] = f32_to_bf16(x[size_t(i)]);  // exact: FP4 x 2^k
+      }
+    }
     const std::vector<float> qw = widen(qb), kw = widen(kb);  // the values the kernels see
     int n_max = 1;
     for (int32_t p : m.h_tok_pos) n_max = std::max(n_max, (p + 1) / c.ratio);
@@ -125,6 +140,10 @@ class CudaIndexerFast : public CudaParity {
     ga.q = devb(qb, {T, c.Hi, di});
     ga.w = devb(wb, {T, c.Hi});
     ga.keys = devb(kb, {NB, rpb, di});
+    if (c.packed) {
+      ga.keys = dev(kpk, DType::U8, {NB, rpb, int64_t(krb)});
+      ga.keys_pack = kps;
+    }
     ga.out_idx = poisoned(DType::I32, {T, c.topk});
     ga.scores_out = poisoned(DType::F32, {T, n_max});
     gpu->indexer_topk(ga, gm);
@@ -186,6 +205,20 @@ TEST_F(CudaIndexerFast, FastSimt) {
       609);
   // No tensor-core shape (24 heads): the plan picks fast_simt; the spec pads the last tile.
   run({"Hi24 T=5@700", {{700, 5, 0, {}}}, 24, 4, 64, false, 4, 0, "fast_simt"}, 610);
+}
+
+// Packed keys (issue 28): the official FP4 rows read by both fast implementations give the
+// specification's scores and indices exactly, as the bf16 rows of the same values do.
+TEST_F(CudaIndexerFast, PackedKeys) {
+  run({"packed v4 Hi64 T=300@20000 + T=1@77", {{20000, 300, 0, {}}, {77, 1, 1, {}}}, 64, 4, 512, false, 4, 0, "mma_fp8",
+       true},
+      611);
+  run({"packed decode Hi64 T=1@262139,@10", {{262139, 1, 0, {}}, {10, 1, 1, {}}}, 64, 4, 512, false, 4, 0, "mma_fp8",
+       true},
+      612);
+  run({"packed spread 8 Hi64 T=17@3000", {{3000, 17, 0, {}}}, 64, 4, 512, false, 8, 0, "mma_fp8", true}, 613);
+  run({"packed v41 Hi32 m2 ascending T=17@5000", {{5000, 17, 0, {}}}, 32, 2, 512, true, 4, 0, "mma_fp8", true}, 614);
+  run({"packed simt Hi24 T=5@700", {{700, 5, 0, {}}}, 24, 4, 64, false, 4, 0, "fast_simt", true}, 615);
 }
 
 // V4.1: the candidate source (cand_out + its own top-k, scores compared) and a Reindex call

@@ -16,19 +16,10 @@ namespace {
 
 constexpr int kHeadsPerBlock = 8, kChunk = 16, kMaxD = 512;
 
-// Four consecutive values of a row (k4 counts groups of four; rows are 16-byte aligned for
-// f32, 8-byte for bf16: d is a multiple of 32) widened to f32.
-__device__ __forceinline__ float4 load4(const float* row, int k4) { return reinterpret_cast<const float4*>(row)[k4]; }
-__device__ __forceinline__ float4 load4(const bf16_t* row, int k4) {
-  const uint2 v = reinterpret_cast<const uint2*>(row)[k4];
-  return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
-                     __uint_as_float(v.y & 0xffff0000u));
-}
-
 template <class T>
 __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams<T> P) {
   __shared__ __align__(16) float rows[kChunk][kMaxD];
-  __shared__ const T* ptrs[kChunk];
+  __shared__ KvRef ptrs[kChunk];
   const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int h = blockIdx.y * kHeadsPerBlock + warp;
   const int s = P.tok_seq[t], p = P.tok_pos[t];
@@ -48,13 +39,13 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams<T> P) {
     __syncthreads();
     if (threadIdx.x < kChunk) {
       int c = c0 + threadIdx.x;
-      ptrs[threadIdx.x] = c < n_cand ? attn_row(P, t, s, p, n_win, c) : nullptr;
+      ptrs[threadIdx.x] = c < n_cand ? attn_row(P, t, s, p, n_win, c) : KvRef{nullptr, 0};
     }
     __syncthreads();
     const int d4 = P.d / 4;  // 4 values per load (rows are d*sizeof(T) >= 64 bytes apart, aligned)
     for (int i = threadIdx.x; i < kChunk * d4; i += blockDim.x) {
       int r = i / d4, k = i % d4;
-      reinterpret_cast<float4*>(&rows[r][0])[k] = ptrs[r] ? load4(ptrs[r], k) : make_float4(0.f, 0.f, 0.f, 0.f);
+      reinterpret_cast<float4*>(&rows[r][0])[k] = attn_row4(P, ptrs[r], k);
     }
     __syncthreads();
     if (h >= P.H) continue;
@@ -78,7 +69,7 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams<T> P) {
     double mn = m;
 #pragma unroll
     for (int r = 0; r < kChunk; ++r) {
-      sc[r] = ptrs[r] ? sc[r] * double(P.scale) : -INFINITY;
+      sc[r] = ptrs[r].p ? sc[r] * double(P.scale) : -INFINITY;
       mn = fmax(mn, sc[r]);
     }
     if (mn == -INFINITY) continue;  // no row of this chunk is visible (and none before)
@@ -86,7 +77,7 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams<T> P) {
     double e_sum = 0.0;
 #pragma unroll
     for (int r = 0; r < kChunk; ++r) {
-      sc[r] = ptrs[r] ? exp(sc[r] - mn) : 0.0;
+      sc[r] = ptrs[r].p ? exp(sc[r] - mn) : 0.0;
       e_sum += sc[r];
     }
     l = l * corr + e_sum;
@@ -132,6 +123,35 @@ __global__ void paged_write_kernel(const T* rows, T* cache, int rpb, int d, cons
   for (int k = threadIdx.x; k < d; k += blockDim.x) dst[k] = rows[int64_t(e) * d + k];
 }
 
+// The same into packed rows (fmt, rb bytes each): the row widened to f32 in shared memory, then
+// one thread per scale block quantizes it (kv_pack_block: the QDQ formulas, so a row that was
+// QDQ'd at the official point is stored exactly).
+template <class T>
+__device__ __forceinline__ void pack_row_block(const T* src, uint8_t* dst, const KvRow& fmt) {
+  __shared__ float x[kMaxD];
+  for (int k = threadIdx.x; k < fmt.d; k += blockDim.x) x[k] = ld_act(src[k]);
+  __syncthreads();
+  for (int b = threadIdx.x; b < kv_scale_blocks(fmt); b += blockDim.x) kv_pack_block(fmt, x, b, dst);
+}
+template <class T>
+__global__ void ring_write_packed_kernel(const T* kv_new, uint8_t* ring, KvRow fmt, int64_t rb, const int32_t* tok_seq,
+                                         const int32_t* tok_pos, const int32_t* start_pos, const int32_t* len,
+                                         const int32_t* slot, int W) {
+  const int t = blockIdx.x;
+  const int s = tok_seq[t], p = tok_pos[t];
+  if (p < start_pos[s] + len[s] - W) return;  // the whole block returns: no barrier is left waiting
+  pack_row_block(kv_new + int64_t(t) * fmt.d, ring + (int64_t(slot[s]) * W + p % W) * rb, fmt);
+}
+template <class T>
+__global__ void paged_write_packed_kernel(const T* rows, uint8_t* cache, KvRow fmt, int64_t rb, int rpb,
+                                          const int32_t* seq, const int32_t* row, const int32_t* block_table,
+                                          int max_blocks) {
+  const int e = blockIdx.x, r = row[e];
+  const int b = block_table[seq[e] * max_blocks + r / rpb];
+  if (b < 0) return;
+  pack_row_block(rows + int64_t(e) * fmt.d, cache + (int64_t(b) * rpb + r % rpb) * rb, fmt);
+}
+
 }  // namespace
 
 template <class T>
@@ -145,15 +165,35 @@ AttnParams<T> make_attn_params(const AttnArgs& a, const StepMeta& m) {
   DIL_CHECK(a.out.numel() == a.q.numel(), "sparse_attention: out ", a.out.shape_str(), " q ", a.q.shape_str());
   DIL_CHECK(a.sink.numel() == P.H, "sparse_attention: sink ", a.sink.shape_str(), " for ", P.H, " heads");
   check_f32(a.sink, "sparse_attention sink");
-  // AttnArgs: q, kv_new, ring, comp and out share one activation dtype.
-  for (const Tensor* t : {&a.kv_new, &a.ring, &a.comp, &a.out})
-    DIL_CHECK(t->empty() || t->dtype == a.q.dtype, "sparse_attention: q is ", dtype_name(a.q.dtype), " but a row ",
-              "tensor or out is ", dtype_name(t->dtype), " (one activation dtype)");
+  // AttnArgs: q, kv_new, ring, comp and out share one activation dtype; ring and comp may hold
+  // packed rows instead (U8 [.., .., row bytes], AttnArgs::ring_pack / comp_pack).
+  for (const Tensor* t : {&a.kv_new, &a.out})
+    DIL_CHECK(t->dtype == a.q.dtype, "sparse_attention: q is ", dtype_name(a.q.dtype), " but kv_new or out is ",
+              dtype_name(t->dtype), " (one activation dtype)");
+  auto rows = [&](const Tensor& c, const kvpack::RowShape& pack, const char* what, const uint8_t*& ptr, int64_t& rb,
+                  KvRow& fmt) {
+    ptr = nullptr;
+    rb = int64_t(P.d) * int64_t(sizeof(T));
+    fmt = KvRow{};
+    fmt.d = 0;
+    if (c.empty()) return;
+    DIL_CHECK(c.ndim == 3, "sparse_attention: ", what, " ", c.shape_str());
+    if (pack.packed()) {
+      DIL_CHECK(c.dtype == DType::U8 && pack.d == P.d && c.size(2) == int64_t(kvpack::row_bytes(pack)),
+                "sparse_attention: packed ", what, " ", c.shape_str(), " ", dtype_name(c.dtype), " for rows of ", P.d);
+      fmt = KvRow{pack.format, pack.d, pack.rope};
+      rb = c.size(2);
+    } else {
+      DIL_CHECK(c.dtype == a.q.dtype && c.size(2) == P.d, "sparse_attention: q is ", dtype_name(a.q.dtype), " but ",
+                what, " is ", dtype_name(c.dtype), " ", c.shape_str(), " (one activation dtype)");
+    }
+    ptr = static_cast<const uint8_t*>(c.data);
+  };
   P.q = a.q.ptr<const T>();
   P.kv_new = a.kv_new.ptr<const T>();
-  P.ring = a.ring.empty() ? nullptr : a.ring.ptr<const T>();
+  rows(a.ring, a.ring_pack, "ring", P.ring, P.ring_rb, P.ring_fmt);
   P.ring_len = a.ring.empty() ? a.window : int(a.ring.size(1));
-  P.comp = a.comp.empty() ? nullptr : a.comp.ptr<const T>();
+  rows(a.comp, a.comp_pack, "comp", P.comp, P.comp_rb, P.comp_fmt);
   P.ratio = (a.comp.empty() || a.comp_ratio <= 0) ? 0 : a.comp_ratio;
   P.rpb = a.rows_per_block;
   P.comp_idx = (P.ratio && !a.comp_idx.empty()) ? a.comp_idx.ptr<int32_t>() : nullptr;
@@ -200,14 +240,27 @@ void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m, const std::s
   });
 }
 
-void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m) {
+void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m, const kvpack::RowShape& pack) {
   int n_tok = int(kv_new.size(0)), d = int(kv_new.size(1));
-  DIL_CHECK(kv_new.dtype == ring.dtype, "ring_write: ", dtype_name(kv_new.dtype), " rows into a ",
-            dtype_name(ring.dtype), " ring");
-  DIL_CHECK(ring.ndim == 3 && ring.size(2) == d, "ring_write: ring ", ring.shape_str(), " kv ", kv_new.shape_str());
+  if (pack.packed()) {
+    DIL_CHECK(ring.dtype == DType::U8 && ring.ndim == 3 && pack.d == d && d <= kMaxD &&
+                  ring.size(2) == int64_t(kvpack::row_bytes(pack)),
+              "ring_write: packed ring ", ring.shape_str(), " ", dtype_name(ring.dtype), " kv ", kv_new.shape_str());
+  } else {
+    DIL_CHECK(kv_new.dtype == ring.dtype, "ring_write: ", dtype_name(kv_new.dtype), " rows into a ",
+              dtype_name(ring.dtype), " ring");
+    DIL_CHECK(ring.ndim == 3 && ring.size(2) == d, "ring_write: ring ", ring.shape_str(), " kv ", kv_new.shape_str());
+  }
   if (n_tok == 0) return;
-  with_act(ring, "ring_write ring", [&](auto tr) {
+  with_act(kv_new, "ring_write kv_new", [&](auto tr) {
     using T = decltype(tr);
+    if (pack.packed()) {
+      ring_write_packed_kernel<T><<<unsigned(n_tok), 128, 0, c.stream>>>(
+          kv_new.ptr<const T>(), ring.ptr<uint8_t>(), KvRow{pack.format, pack.d, pack.rope}, ring.size(2),
+          m.tok_seq.ptr<int32_t>(), m.tok_pos.ptr<int32_t>(), m.start_pos.ptr<int32_t>(), m.len.ptr<int32_t>(),
+          m.slot.ptr<int32_t>(), int(ring.size(1)));
+      return;
+    }
     ring_write_kernel<T><<<unsigned(n_tok), 128, 0, c.stream>>>(kv_new.ptr<const T>(), ring.ptr<T>(),
                                                             m.tok_seq.ptr<int32_t>(), m.tok_pos.ptr<int32_t>(),
                                                             m.start_pos.ptr<int32_t>(), m.len.ptr<int32_t>(),
@@ -217,16 +270,27 @@ void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m) {
 }
 
 void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
-                 const StepMeta& m) {
+                 const StepMeta& m, const kvpack::RowShape& pack) {
   if (plan.n == 0) return;
   int d = int(rows.size(-1));
-  DIL_CHECK(rows.dtype == cache.dtype, "paged_write: rows ", dtype_name(rows.dtype), " into a ",
-            dtype_name(cache.dtype), " cache");
-  DIL_CHECK(cache.ndim == 3 && cache.size(1) == rows_per_block && cache.size(2) == d &&
-                rows.numel() >= int64_t(plan.n) * d,
+  DIL_CHECK(cache.ndim == 3 && cache.size(1) == rows_per_block && rows.numel() >= int64_t(plan.n) * d,
             "paged_write: rows ", rows.shape_str(), " cache ", cache.shape_str(), " rpb ", rows_per_block);
-  with_act(cache, "paged_write cache", [&](auto tc) {
+  if (pack.packed()) {
+    DIL_CHECK(cache.dtype == DType::U8 && pack.d == d && d <= kMaxD && cache.size(2) == int64_t(kvpack::row_bytes(pack)),
+              "paged_write: packed cache ", cache.shape_str(), " ", dtype_name(cache.dtype), " rows ", rows.shape_str());
+  } else {
+    DIL_CHECK(rows.dtype == cache.dtype, "paged_write: rows ", dtype_name(rows.dtype), " into a ",
+              dtype_name(cache.dtype), " cache");
+    DIL_CHECK(cache.size(2) == d, "paged_write: rows ", rows.shape_str(), " cache ", cache.shape_str());
+  }
+  with_act(rows, "paged_write rows", [&](auto tc) {
     using T = decltype(tc);
+    if (pack.packed()) {
+      paged_write_packed_kernel<T><<<unsigned(plan.n), 128, 0, c.stream>>>(
+          rows.ptr<const T>(), cache.ptr<uint8_t>(), KvRow{pack.format, pack.d, pack.rope}, cache.size(2),
+          rows_per_block, plan.seq.ptr<int32_t>(), plan.row.ptr<int32_t>(), m.block_table.ptr<int32_t>(), m.max_blocks);
+      return;
+    }
     paged_write_kernel<T><<<unsigned(plan.n), 128, 0, c.stream>>>(rows.ptr<const T>(), cache.ptr<T>(), rows_per_block,
                                                                   d, plan.seq.ptr<int32_t>(), plan.row.ptr<int32_t>(),
                                                                   m.block_table.ptr<int32_t>(), m.max_blocks);

@@ -24,8 +24,9 @@
 // writes its unnormalised O, running max and row sum (f32) to a workspace and a combine kernel
 // merges them with the sink (the same formula with one more rescale per split).
 //
-// Row loading is one device function (stage_kv_row) so that another storage format of the KV
-// rows (packed FP8 / FP4) changes that function only.
+// Row loading is one device function (stage_kv_row); packed rows (the official FP8 / FP4
+// formats of fast numerics' cache) land as they are and are dequantized in shared memory
+// (convert_packed_row) before the tile's MMAs.
 #include "kernels/cuda/attention_flash.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -71,25 +72,72 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 // The one function that reads a KV row: segments first, first + kThreadsPerRow, ... (8 values
 // each) of a 512-value row into its shared-memory row as BF16; a null row stages zeros (its
-// scores are masked, and 0 * 0 keeps P.V finite). Today the rows are stored as BF16 (fast
-// numerics' cache): a cp.async copy. `fallback` is any valid global address (zero-fill reads
-// nothing but needs one).
-__device__ __forceinline__ void stage_kv_row(uint32_t dst_row, const bf16_t* row, int first, const void* fallback) {
+// scores are masked, and 0 * 0 keeps P.V finite). BF16 rows (this step's kv_new, or a plain
+// cache) are a cp.async copy of 16-byte segments. A packed row (fast numerics' cache, the
+// official formats: V4 584 B, V4.1 528 / 288 B) is copied by cp.async as it is, in 8-byte
+// chunks (its global rows are 8-byte aligned), to the tail of its shared-memory row
+// (packed_tail), and dequantized there in place once it has landed (convert_packed_rows).
+// `fallback` is any valid global address (zero-fill reads nothing but needs one). Returns the
+// row's kind: 0 none, 1 bf16, 2 packed in ring_fmt, 3 packed in comp_fmt.
+__device__ __forceinline__ int packed_tail(const KvRow& f) { return kStride * 2 - kv_row_bytes(f); }
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ int stage_kv_row(const AttnParams<bf16_t>& P, uint32_t dst_row, KvRef row, int first,
+                                            const void* fallback) {
+  if (row.p && row.kind) {
+    const KvRow& f = row.kind == 1 ? P.ring_fmt : P.comp_fmt;
+    const uint32_t dst = dst_row + unsigned(packed_tail(f));
+    const unsigned char* src = static_cast<const unsigned char*>(row.p);
+    for (int ch = first; ch < kv_row_bytes(f) / 8; ch += kThreadsPerRow) cp_async8(dst + unsigned(8 * ch), src + 8 * ch);
+    return row.kind + 1;
+  }
+  const bf16_t* r = static_cast<const bf16_t*>(row.p);
 #pragma unroll
   for (int i = 0; i < kSegs / kThreadsPerRow; ++i) {
     const int seg = first + kThreadsPerRow * i;
-    cp_async16(dst_row + unsigned(seg * 16), row ? static_cast<const void*>(row + seg * 8) : fallback, row != nullptr);
+    cp_async16(dst_row + unsigned(seg * 16), r ? static_cast<const void*>(r + seg * 8) : fallback, r != nullptr);
   }
+  return r ? 1 : 0;
 }
 
-// The tile of candidates [c0, c0 + 64) of token t into `tile`, its row validity into `valid`.
-__device__ __forceinline__ void issue_tile(const AttnParams<bf16_t>& P, int t, int s, int p, int n_win, int n_cand,
-                                           int c0, uint16_t* tile, int* valid) {
+// The tile of candidates [c0, c0 + 64) of token t into `tile`, its row validity into `valid`;
+// returns the kind of this thread's row (stage_kv_row).
+__device__ __forceinline__ int issue_tile(const AttnParams<bf16_t>& P, int t, int s, int p, int n_win, int n_cand,
+                                          int c0, uint16_t* tile, int* valid) {
   const int r = threadIdx.x / kThreadsPerRow, part = threadIdx.x % kThreadsPerRow;
   const int c = c0 + r;
-  const bf16_t* row = c < n_cand ? attn_row(P, t, s, p, n_win, c) : nullptr;
-  stage_kv_row(smem_addr(tile + r * kStride), row, part, P.q);
-  if (part == 0) valid[r] = row != nullptr;
+  const KvRef row = c < n_cand ? attn_row(P, t, s, p, n_win, c) : KvRef{nullptr, 0};
+  const int kind = stage_kv_row(P, smem_addr(tile + r * kStride), row, part, P.q);
+  if (part == 0) valid[r] = row.p != nullptr;
+  return kind;
+}
+
+// Dequantizes this thread's row of a landed tile in place when it is packed (kind 2 / 3): in
+// 16 waves of 32 dims (the row's 4 threads take 8 dims each), every thread reads its 8 values
+// from the packed bytes at the row's tail (kv_unpack8_bf16: the exact BF16 of each value),
+// the warp syncs, then writes them as BF16 at the row's front. Why this never overwrites a
+// byte still to be read: wave w writes bytes [64w, 64w + 64); the packed bytes there belong to
+// dims below 32w + 32 (tail 456 for V4 rows: e4m3 dim i at 456 + i, rope dim 448 + k at
+// 904 + 2k; V4.1 SWA tail 512: dim i at 512 + i; V4.1 main KV tail 752: dim i at 752 + i/2),
+// which this wave or an earlier one has read; the scale bytes of dims not yet converted lie
+// at or above byte 1024 (V4 1032+, V4.1 SWA 1024+; V4.1 main KV 1008 + i/16, of which wave 15
+// overwrites only those of dims below 256). Warp-collective (the row's threads share a warp).
+__device__ __forceinline__ void convert_packed_row(const AttnParams<bf16_t>& P, uint16_t* tile, int kind) {
+  const int r = threadIdx.x / kThreadsPerRow, part = threadIdx.x % kThreadsPerRow;
+  if (!__any_sync(0xffffffffu, kind >= 2)) return;  // no packed row in this warp
+  const KvRow& f = kind == 3 ? P.comp_fmt : P.ring_fmt;
+  unsigned char* slot = reinterpret_cast<unsigned char*>(tile + r * kStride);
+  const unsigned char* src = slot + (kind >= 2 ? packed_tail(f) : 0);
+#pragma unroll 4
+  for (int w = 0; w < kSegs / kThreadsPerRow; ++w) {
+    const int seg = w * kThreadsPerRow + part;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (kind >= 2) v = kv_unpack8_bf16(f, src, seg);
+    __syncwarp();
+    if (kind >= 2) *reinterpret_cast<uint4*>(slot + seg * 16) = v;
+    __syncwarp();
+  }
 }
 
 struct FlashOut {
@@ -126,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_flash_kernel(AttnParams<bf16
       cp_async16(smem_addr(qs + hh * kStride + seg * 8), qrow + int64_t(hh) * kD + seg * 8, true);
     }
   }
-  if (tile0 < tile1) issue_tile(P, t, s, p, n_win, n_cand, tile0 * kRows, tiles, valid);
+  int kind = tile0 < tile1 ? issue_tile(P, t, s, p, n_win, n_cand, tile0 * kRows, tiles, valid) : 0;  // my row's
   cp_async_commit();
 
   float o[kNt][4];  // O[heads 16hg + g | +8][dims 256 half + 8j + 2tg, +1]
@@ -148,10 +196,15 @@ __global__ void __launch_bounds__(kThreads, 1) attn_flash_kernel(AttnParams<bf16
   for (int ti = tile0; ti < tile1; ++ti) {
     const int buf = (ti - tile0) & 1;
     cp_async_wait_all();  // this thread's copies of tile ti (and q)
-    __syncthreads();      // everyone's copies visible; everyone is done with tile ti - 1 (buffer buf ^ 1)
-    if (ti + 1 < tile1)
-      issue_tile(P, t, s, p, n_win, n_cand, (ti + 1) * kRows, tiles + (buf ^ 1) * kRows * kStride,
-                 valid + (buf ^ 1) * kRows);
+    // Everyone's copies visible; everyone is done with tile ti - 1 (buffer buf ^ 1). Packed rows
+    // in the tile: dequantized in place, then a second barrier before the MMAs read them.
+    if (__syncthreads_or(kind >= 2)) {
+      convert_packed_row(P, tiles + buf * kRows * kStride, kind);
+      __syncthreads();
+    }
+    kind = ti + 1 < tile1 ? issue_tile(P, t, s, p, n_win, n_cand, (ti + 1) * kRows, tiles + (buf ^ 1) * kRows * kStride,
+                                       valid + (buf ^ 1) * kRows)
+                          : 0;
     cp_async_commit();
     const uint16_t* tile = tiles + buf * kRows * kStride;
     const int* vld = valid + buf * kRows;

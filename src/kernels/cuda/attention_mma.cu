@@ -55,7 +55,8 @@ __device__ __forceinline__ void stage4(uint16_t* hi, uint16_t* lo, float4 v) {
 }
 
 // One row of kD values into shared memory: official, 4 f32 per step split into the hi and lo
-// planes; fast, 8 bf16 per step (16 bytes) copied. A null row stages zeros.
+// planes; fast, 8 bf16 per step (16 bytes) copied, or dequantized from a packed row (exact). A
+// null row stages zeros. q rows use the pointer overloads.
 __device__ __forceinline__ void stage_row(uint16_t* hi, uint16_t* lo, const float* src, int c) {
   const int c4 = c;  // 4-value group
   stage4(hi + 4 * c4, lo + 4 * c4, src ? reinterpret_cast<const float4*>(src)[c4] : make_float4(0.f, 0.f, 0.f, 0.f));
@@ -63,6 +64,16 @@ __device__ __forceinline__ void stage_row(uint16_t* hi, uint16_t* lo, const floa
 __device__ __forceinline__ void stage_row(uint16_t* hi, uint16_t*, const bf16_t* src, int c) {
   const int c8 = c;  // 8-value group
   *reinterpret_cast<uint4*>(hi + 8 * c8) = src ? reinterpret_cast<const uint4*>(src)[c8] : make_uint4(0u, 0u, 0u, 0u);
+}
+__device__ __forceinline__ void stage_row(const AttnParams<float>& P, uint16_t* hi, uint16_t* lo, KvRef r, int c) {
+  stage4(hi + 4 * c, lo + 4 * c, attn_row4(P, r, c));
+}
+__device__ __forceinline__ void stage_row(const AttnParams<bf16_t>& P, uint16_t* hi, uint16_t* lo, KvRef r, int c) {
+  if (r.p && r.kind) {
+    *reinterpret_cast<uint4*>(hi + 8 * c) = attn_row8_packed(P, r, c);
+    return;
+  }
+  stage_row(hi, lo, static_cast<const bf16_t*>(r.p), c);
 }
 
 template <class T>
@@ -77,7 +88,7 @@ constexpr int kVecOf = kSplitOf<T> ? 4 : 8;
 template <class T>
 constexpr size_t smem_bytes() {
   return size_t(kPartsOf<T> * kHeads + kPartsOf<T> * kRows) * kStride * 2 + size_t(kHeads) * kSStride * 4 +
-         size_t(kRows) * sizeof(void*);
+         size_t(kRows) * sizeof(KvRef);
 }
 
 template <class T>
@@ -90,7 +101,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams<T> P) 
   uint16_t* kh = qh + kParts * kHeads * kStride;        // [32][kStride] bf16 (hi plane)
   uint16_t* kl = kh + (kParts - 1) * kRows * kStride;   // [32][kStride] lo plane (official; fast: = kh, unused)
   float* S = reinterpret_cast<float*>(kh + kParts * kRows * kStride);  // [16][kSStride]
-  const T** ptrs = reinterpret_cast<const T**>(S + kHeads * kSStride);  // [32]
+  KvRef* ptrs = reinterpret_cast<KvRef*>(S + kHeads * kSStride);  // [32]
 
   const int t = blockIdx.x, h0 = blockIdx.y * kHeads;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
@@ -112,11 +123,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams<T> P) 
 
   for (int c0 = 0; c0 < n_cand; c0 += kRows) {
     __syncthreads();  // the previous chunk's rows, scores and pointers are no longer read
-    if (tid < kRows) ptrs[tid] = c0 + tid < n_cand ? attn_row(P, t, s, p, n_win, c0 + tid) : nullptr;
+    if (tid < kRows) ptrs[tid] = c0 + tid < n_cand ? attn_row(P, t, s, p, n_win, c0 + tid) : KvRef{nullptr, 0};
     __syncthreads();
     for (int i = tid; i < kRows * (kD / kVec); i += blockDim.x) {
       const int r = i / (kD / kVec), cv = i % (kD / kVec);
-      stage_row(kh + r * kStride, kl + r * kStride, ptrs[r], cv);
+      stage_row(P, kh + r * kStride, kl + r * kStride, ptrs[r], cv);
     }
     __syncthreads();
 
@@ -143,7 +154,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams<T> P) 
         }
       }
       const int r0 = warp * 8 + 2 * tg;
-      const bool v0 = ptrs[r0] != nullptr, v1 = ptrs[r0 + 1] != nullptr;
+      const bool v0 = ptrs[r0].p != nullptr, v1 = ptrs[r0 + 1].p != nullptr;
       S[g * kSStride + r0] = v0 ? sacc[0] * scale : -INFINITY;
       S[g * kSStride + r0 + 1] = v1 ? sacc[1] * scale : -INFINITY;
       S[(g + 8) * kSStride + r0] = v0 ? sacc[2] * scale : -INFINITY;

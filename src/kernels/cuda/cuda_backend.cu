@@ -166,17 +166,17 @@ class CudaBackend final : public Backend {
   }
 
   void sparse_attention(const AttnArgs& a, const StepMeta& m) override {
-    DIL_CHECK(!a.ring_pack.packed() && !a.comp_pack.packed(), "cuda: packed KV rows are not implemented yet");
     const int K = a.comp_idx.empty() ? 0 : int(a.comp_idx.size(1));
     const OpSite s = attention_site(int(a.q.size(1)), int(a.q.size(2)), a.comp.empty() ? 0 : a.comp_ratio, K,
                                     a.q.dtype, numerics());
     cuda::sparse_attention(c_, a, m, impl_for(s, a.q.size(0)).name);
   }
   using Backend::ring_write;
-  // Packed rows (reads_packed_kv) are not read by the CUDA kernels yet: the model keeps plain rows here.
+  // Fast numerics store the official packed rows (model/kv_layout.h): the writers quantize each
+  // row once, the fast attention and indexer kernels dequantize on load (exact, in BF16).
+  bool reads_packed_kv() const override { return true; }
   void ring_write(const Tensor& kv_new, Tensor ring, const StepMeta& m, const kvpack::RowShape& pack) override {
-    DIL_CHECK(!pack.packed(), "cuda: packed KV rows are not implemented yet");
-    cuda::ring_write(c_, kv_new, ring, m);
+    cuda::ring_write(c_, kv_new, ring, m, pack);
   }
   void compressor(const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m) override {
     cuda::compressor(c_, a, plan, m);
@@ -184,11 +184,9 @@ class CudaBackend final : public Backend {
   using Backend::paged_write;
   void paged_write(const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan, const StepMeta& m,
                    const kvpack::RowShape& pack) override {
-    DIL_CHECK(!pack.packed(), "cuda: packed KV rows are not implemented yet");
-    cuda::paged_write(c_, rows, cache, rows_per_block, plan, m);
+    cuda::paged_write(c_, rows, cache, rows_per_block, plan, m, pack);
   }
   void indexer_topk(const IndexerArgs& a, const StepMeta& m) override {
-    DIL_CHECK(!a.keys_pack.packed(), "cuda: packed indexer keys are not implemented yet");
     const int cand = !a.cand_out.empty() ? 1 : !a.cand_in.empty() ? 2 : 0;
     const OpSite s = indexer_site(int(a.q.size(1)), int(a.q.size(2)), a.topk, cand, a.cand_block, a.cand_topk,
                                   a.q.dtype, numerics());

@@ -260,8 +260,10 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::st
   const int Hi = int(a.q.size(1)), di = int(a.q.size(2));
   DIL_CHECK(Hi * di <= kMaxQ && Hi <= 128, "indexer_topk: q ", a.q.shape_str());
   DIL_CHECK(a.w.numel() == int64_t(T) * Hi, "indexer_topk: w ", a.w.shape_str(), " for q ", a.q.shape_str());
-  DIL_CHECK(a.keys.ndim == 3 && a.keys.size(1) == a.rows_per_block && a.keys.size(2) == di, "indexer_topk: keys ",
-            a.keys.shape_str(), " rpb ", a.rows_per_block);
+  // Plain keys [n_blocks, rpb, di], or packed rows U8 [n_blocks, rpb, row bytes] (keys_pack).
+  const int64_t key_cols = a.keys_pack.packed() ? int64_t(kvpack::row_bytes(a.keys_pack)) : di;
+  DIL_CHECK(a.keys.ndim == 3 && a.keys.size(1) == a.rows_per_block && a.keys.size(2) == key_cols,
+            "indexer_topk: keys ", a.keys.shape_str(), " rpb ", a.rows_per_block);
   DIL_CHECK(a.topk <= kMaxTopk, "indexer_topk: topk ", a.topk, " > ", kMaxTopk);
   DIL_CHECK(a.out_idx.size(1) == a.topk, "indexer_topk: out ", a.out_idx.shape_str());
   if (!a.cand_out.empty() || !a.cand_in.empty()) {
@@ -275,6 +277,7 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::st
     indexer_topk_fast(c, a, m, impl == "mma_fp8");
     return;
   }
+  DIL_CHECK(!a.keys_pack.packed(), "indexer_topk ", impl, ": packed keys are read by the fast implementations only");
   int max_pos = 0;
   for (int32_t p : m.h_tok_pos) max_pos = std::max(max_pos, int(p));
   const int n_max = std::max(1, (max_pos + 1) / a.ratio);

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "kernels/cuda/indexer_fp8.cuh"
+#include "kernels/cuda/kv_packed.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace dil::cuda {
@@ -51,11 +52,26 @@ constexpr int kStages = 4;            // stages per CTA
 constexpr int kKeyStride = kDi + 16;  // bytes per e4m3 row: words g*36 + t hit 32 distinct banks
 constexpr int kMaxScale = 60;         // |S| limit of the exact scaling argument
 
+// One key row: di values of TK, or a packed row (fmt.d > 0: the official Fp4B32 keys).
+template <class TK>
+struct KeyRow {
+  const TK* plain;
+  const uint8_t* packed;
+  KvRow fmt;
+  __device__ float at(int c) const { return packed ? kv_unpack_one(fmt, packed, c) : ld_act(plain[c]); }
+};
+
 template <class TQ, class TW, class TK>
 struct FastParams {
   const TQ* q;                // [T, Hi, di]
   const TW* w;                // [T, Hi]
-  const TK* keys;             // [n_blocks, rpb, di]
+  const TK* keys;             // [n_blocks, rpb, di] plain keys, or null
+  const uint8_t* keys_packed; // [n_blocks, rpb] rows of krb bytes in kfmt (packed keys), or null
+  KvRow kfmt;
+  int krb;
+  __device__ KeyRow<TK> key(int64_t row) const {  // row: block * rpb + row in block
+    return keys_packed ? KeyRow<TK>{nullptr, keys_packed + row * krb, kfmt} : KeyRow<TK>{keys + row * di, nullptr, kfmt};
+  }
   const uint32_t* q8;         // [T, Hi, 128] e4m3 (4 per word) of q * 2^-Sq
   const float* wq;            // [T, Hi] w * 2^Sq
   const int32_t* tok_flag;    // [T] nonzero: a head of the token is not exact in e4m3
@@ -73,14 +89,14 @@ __device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(
 // The specification for one (token, row): q [Hi, di], w [Hi], k [di] (see the file comment).
 // Not inlined: it is the rare path of idx_fp8_kernel, whose registers go to the fragments.
 template <class TQ, class TW, class TK>
-__device__ __noinline__ float spec_score(const TQ* q, const TW* w, const TK* k, int Hi, int di) {
+__device__ __noinline__ float spec_score(const TQ* q, const TW* w, KeyRow<TK> k, int Hi, int di) {
   auto term = [&](int h) -> float {
     if (h >= Hi) return 0.f;
     float d = 0.f;
     for (int b = 0; b * kBlk < di; ++b) {
       double s = 0.0;
       for (int c = b * kBlk; c < min(di, (b + 1) * kBlk); ++c)
-        s = __dadd_rn(s, __dmul_rn(double(ld_act(q[int64_t(h) * di + c])), double(ld_act(k[c]))));
+        s = __dadd_rn(s, __dmul_rn(double(ld_act(q[int64_t(h) * di + c])), double(k.at(c))));
       const float B = __double2float_rn(s);
       d = b == 0 ? B : __fadd_rn(d, B);
     }
@@ -153,18 +169,40 @@ __device__ __forceinline__ void cpa16(void* smem, const void* gmem, bool valid) 
   const unsigned s = unsigned(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
 }
+// 16 bytes to shared memory of which the first n (0..16) are read from gmem, the rest zeroed.
+__device__ __forceinline__ void cpa16n(void* smem, const void* gmem, int n) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+constexpr int kPackedSlot = 96;  // bytes of raw per packed key row: a 68-byte row at offset 0..12, 5 chunks
+// Dims 4 lane .. 4 lane + 3 of a packed key row (Fp4B32: 2 bytes of e2m1, the ue8m0 of their
+// 32-dim block) as f32, the values load4 reads from a bf16 row holding the same keys.
+__device__ __forceinline__ float4 packed4(const KvRow& f, const uint8_t* row, int lane) {
+  const uint32_t w = uint32_t(row[2 * lane]) | (uint32_t(row[2 * lane + 1]) << 8);
+  const float sc = kv_e8m0(row[f.d / 2 + lane / 8]);
+  return make_float4(kv_e2m1(w) * sc, kv_e2m1(w >> 4) * sc, kv_e2m1(w >> 8) * sc, kv_e2m1(w >> 12) * sc);
+}
 __device__ __forceinline__ void cpa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cpa_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 struct StageSmem {
-  uint16_t raw[kTile * kDi];               // bf16 rows of the next stage (cp.async target)
+  uint16_t raw[kTile * kDi];               // bf16 (or packed) rows of the next stage (cp.async target)
   uint8_t ks[kTile * kKeyStride];          // e4m3 rows of the current stage
-  int64_t phys[2][kTile];                  // element offset of each entry's key row (double-buffered)
+  int64_t phys[2][kTile];                  // physical key row (block * rpb + row) of each entry (double-buffered)
   int row[2][kTile];                       // logical row of each entry, -1: none
   int kscale[kTile], krow[kTile];          // current stage: S and logical row
   int kfits[kTile];
   int tn_vis[kMaxTok], tflag[kMaxTok];
 };
+
+// Where fetch put packed key row lr (physical row phys) in raw: its slot plus the row's global
+// offset mod 16.
+template <class TQ, class TW>
+__device__ __forceinline__ const uint8_t* packed_row_at(const FastParams<TQ, TW, bf16_t>& P, const uint16_t* raw, int lr,
+                                                        int64_t phys) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(P.keys_packed + phys * P.krb);
+  return reinterpret_cast<const uint8_t*>(raw) + lr * kPackedSlot + int(a & 15u);
+}
 
 template <int MT, class TQ, class TW>
 __global__ void __launch_bounds__(kThreads, 2) idx_fp8_kernel(FastParams<TQ, TW, bf16_t> P) {
@@ -199,18 +237,36 @@ __global__ void __launch_bounds__(kThreads, 2) idx_fp8_kernel(FastParams<TQ, TW,
         r = e;
       }
     }
-    int64_t off = 0;
-    if (r >= 0) off = (int64_t(P.block_table[int64_t(seq) * P.max_blocks + r / P.rpb]) * P.rpb + r % P.rpb) * kDi;
+    int64_t pr = 0;
+    if (r >= 0) pr = int64_t(P.block_table[int64_t(seq) * P.max_blocks + r / P.rpb]) * P.rpb + r % P.rpb;
     s.row[st & 1][tid] = r;
-    s.phys[st & 1][tid] = off;
+    s.phys[st & 1][tid] = pr;
   };
-  // cp.async of stage st's bf16 rows (16 chunks of 16 B per row; absent rows zero-filled).
+  // cp.async of stage st's rows, absent rows zero-filled: bf16 rows in 16 chunks of 16 B. Packed
+  // rows (krb = 68 B, only 4-byte aligned) as the 16-byte-aligned span around them, 5 chunks
+  // into a 96-byte slot of raw at the same offset mod 16 (packed_row_at); the last chunk reads
+  // only up to the row's end (src-size), so nothing past the cache is touched. The span's
+  // first bytes belong to the previous row (the cache's base is 16-byte aligned, so row 0 has
+  // offset 0).
+  const bool packed = P.keys_packed != nullptr;
   auto fetch = [&](int st) {
-    for (int i = tid; i < kTile * (kDi / 8); i += kThreads) {
-      const int lr = i / (kDi / 8), ch = i % (kDi / 8);
-      const bool ok = s.row[st & 1][lr] >= 0;
-      const bf16_t* src = P.keys + (ok ? s.phys[st & 1][lr] : 0) + ch * 8;
-      cpa16(s.raw + lr * kDi + ch * 8, src, ok);
+    if (packed) {
+      uint8_t* raw = reinterpret_cast<uint8_t*>(s.raw);
+      for (int i = tid; i < kTile * 5; i += kThreads) {
+        const int lr = i / 5, ch = i % 5;
+        const bool ok = s.row[st & 1][lr] >= 0;
+        const uintptr_t a = reinterpret_cast<uintptr_t>(P.keys_packed + (ok ? s.phys[st & 1][lr] : 0) * P.krb);
+        const int off = int(a & 15u);
+        const int n = !ok ? 0 : ch < 4 ? 16 : off + P.krb - 64;
+        cpa16n(raw + lr * kPackedSlot + ch * 16, reinterpret_cast<const void*>(a - uintptr_t(off) + uintptr_t(16 * ch)), n);
+      }
+    } else {
+      for (int i = tid; i < kTile * (kDi / 8); i += kThreads) {
+        const int lr = i / (kDi / 8), ch = i % (kDi / 8);
+        const bool ok = s.row[st & 1][lr] >= 0;
+        const bf16_t* src = P.keys + (ok ? s.phys[st & 1][lr] * kDi : 0) + ch * 8;
+        cpa16(s.raw + lr * kDi + ch * 8, src, ok);
+      }
     }
     cpa_commit();
   };
@@ -252,7 +308,11 @@ __global__ void __launch_bounds__(kThreads, 2) idx_fp8_kernel(FastParams<TQ, TW,
       int S = 0;
       bool fits = true;
       uint32_t code = 0;
-      if (r >= 0) code = row_e4m3(load4(reinterpret_cast<const bf16_t*>(s.raw + lr * kDi), lane), S, fits);
+      if (r >= 0) {
+        const float4 v = packed ? packed4(P.kfmt, packed_row_at(P, s.raw, lr, s.phys[st & 1][lr]), lane)
+                                : load4(reinterpret_cast<const bf16_t*>(s.raw + lr * kDi), lane);
+        code = row_e4m3(v, S, fits);
+      }
       reinterpret_cast<uint32_t*>(s.ks + lr * kKeyStride)[lane] = code;
       if (lane == 0) {
         s.kscale[lr] = S;
@@ -318,10 +378,9 @@ __global__ void __launch_bounds__(kThreads, 2) idx_fp8_kernel(FastParams<TQ, TW,
       const int tk = i / kTile, lr = i % kTile, r = s.krow[lr];
       if (r < 0 || r >= s.tn_vis[tk] || (!s.tflag[tk] && s.kfits[lr])) continue;
       const int64_t tt = t0 + tk;
-      const int64_t off =
-          (int64_t(P.block_table[int64_t(seq) * P.max_blocks + r / P.rpb]) * P.rpb + r % P.rpb) * kDi;
+      const int64_t pr = int64_t(P.block_table[int64_t(seq) * P.max_blocks + r / P.rpb]) * P.rpb + r % P.rpb;
       P.scores[tt * P.ld + (restricted ? e0 + lr : r)] =
-          spec_score(P.q + tt * P.Hi * kDi, P.w + tt * P.Hi, P.keys + off, P.Hi, kDi);
+          spec_score(P.q + tt * P.Hi * kDi, P.w + tt * P.Hi, P.key(pr), P.Hi, kDi);
     }
   }
 }
@@ -345,8 +404,8 @@ __global__ void idx_fast_simt_kernel(FastParams<TQ, TW, TK> P) {
   } else if (e >= n_vis) {
     return;
   }
-  const int64_t off = (int64_t(P.block_table[int64_t(seq) * P.max_blocks + r / P.rpb]) * P.rpb + r % P.rpb) * P.di;
-  P.scores[t * P.ld + e] = spec_score(P.q + t * P.Hi * P.di, P.w + t * P.Hi, P.keys + off, P.Hi, P.di);
+  const int64_t pr = int64_t(P.block_table[int64_t(seq) * P.max_blocks + r / P.rpb]) * P.rpb + r % P.rpb;
+  P.scores[t * P.ld + e] = spec_score(P.q + t * P.Hi * P.di, P.w + t * P.Hi, P.key(pr), P.Hi, P.di);
 }
 
 constexpr int kGroupThreads = 1024;
@@ -393,7 +452,8 @@ __global__ void __launch_bounds__(kGroupThreads) token_groups_kernel(const int32
 
 bool indexer_fp8_shape(const IndexerArgs& a) {
   const int64_t Hi = a.q.size(1), di = a.q.size(2);
-  return di == kDi && (Hi == 16 || Hi == 32 || Hi == 64) && a.keys.dtype == DType::BF16 && a.q.dtype == DType::BF16;
+  const bool keys_ok = a.keys_pack.packed() ? a.keys.dtype == DType::U8 : a.keys.dtype == DType::BF16;
+  return di == kDi && (Hi == 16 || Hi == 32 || Hi == 64) && keys_ok && a.q.dtype == DType::BF16;
 }
 
 void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_t ld, float* scores, bool mma) {
@@ -403,6 +463,12 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
   for (int32_t p : m.h_tok_pos) max_pos = std::max(max_pos, int(p));
   const int64_t n_entries = restricted ? int64_t(a.cand_topk) * a.cand_block : (max_pos + 1) / a.ratio;
   if (T == 0 || n_entries == 0) return;
+  const bool packed = a.keys_pack.packed();
+  DIL_CHECK(!packed || (a.keys.dtype == DType::U8 && a.keys_pack.format == kvpack::Format::Fp4B32 &&
+                        a.keys_pack.d == di && a.keys.size(2) == int64_t(kvpack::row_bytes(a.keys_pack))),
+            "indexer: packed keys ", a.keys.shape_str(), " ", dtype_name(a.keys.dtype), " for di ", di);
+  DIL_CHECK(!packed || reinterpret_cast<uintptr_t>(a.keys.data) % 16 == 0,
+            "indexer: packed keys must start 16-byte aligned (mma_fp8 copies 16-byte spans)");
   auto fill = [&](auto& P) {
     P.Hi = Hi;
     P.di = di;
@@ -417,22 +483,31 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
     P.cand = restricted ? a.cand_in.ptr<int32_t>() : nullptr;
     P.cand_topk = a.cand_topk;
     P.cand_block = a.cand_block;
+    // Packed keys (IndexerArgs::keys_pack): U8 [n_blocks, rpb, row bytes], read through P.key.
+    if (packed) {
+      P.keys = nullptr;
+      P.keys_packed = a.keys.ptr<const uint8_t>();
+      P.kfmt = KvRow{a.keys_pack.format, a.keys_pack.d, a.keys_pack.rope};
+      P.krb = int(a.keys.size(2));
+    }
   };
   if (!mma) {
     with_act(a.q, "indexer q", [&](auto tq) {
       using TQ = decltype(tq);
       with_act(a.w, "indexer w", [&](auto tw) {
         using TW = decltype(tw);
-        with_act(a.keys, "indexer keys", [&](auto tk) {
+        auto go = [&](auto tk) {
           using TK = decltype(tk);
           FastParams<TQ, TW, TK> P{};
+          P.keys = a.keys.ptr<const TK>();
           fill(P);
           P.q = a.q.ptr<const TQ>();
           P.w = a.w.ptr<const TW>();
-          P.keys = a.keys.ptr<const TK>();
           dim3 grid(unsigned(ceil_div(n_entries, 128)), unsigned(T));
           idx_fast_simt_kernel<TQ, TW, TK><<<grid, 128, 0, c.stream>>>(P);
-        });
+        };
+        if (packed) go(bf16_t{});  // TK unused: the keys are read through keys_packed
+        else with_act(a.keys, "indexer keys", go);
       });
     });
     DIL_LAUNCH_CHECK("idx_fast_simt_kernel");
@@ -466,10 +541,10 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
                                                                      wq, tok_flag);
       DIL_LAUNCH_CHECK("q_prep_kernel");
       FastParams<TQ, TW, bf16_t> P{};
+      P.keys = a.keys.ptr<const bf16_t>();
       fill(P);
       P.q = a.q.ptr<const TQ>();
       P.w = a.w.ptr<const TW>();
-      P.keys = a.keys.ptr<const bf16_t>();
       P.q8 = q8;
       P.wq = wq;
       P.tok_flag = tok_flag;

@@ -15,6 +15,9 @@
 #pragma once
 #include <cstdint>
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include "core/kv_packed.h"
 #include "kernels/cuda/common.cuh"
 
@@ -130,6 +133,63 @@ template <int N>
 __device__ __forceinline__ void kv_unpack(const KvRow& s, const uint8_t* row, int c0, float (&out)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = kv_unpack_one(s, row, c0 + i);
+}
+
+// ---- 8-value readers for the attention row loaders (the hot path) ----
+// A ue8m0 scale as f32 (byte 0 is 2^-127, a subnormal, as d_e8m0_to_f32 gives it).
+__device__ __forceinline__ float kv_e8m0(uint8_t b) { return b ? __uint_as_float(uint32_t(b) << 23) : 0x1p-127f; }
+// Two e4m3 codes (low byte first) as f32, by the hardware conversion (exact).
+__device__ __forceinline__ float2 kv_e4m3x2(uint16_t codes) {
+  return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes), __NV_E4M3)));
+}
+__device__ __forceinline__ uint32_t kv_bf16x2(float lo, float hi) {  // both exact in bf16: truncation
+  return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+}
+// 8 e4m3 codes (a uint2, dim order) times a scale -> 8 bf16.
+__device__ __forceinline__ uint4 kv_e4m3x8_bf16(uint2 c, float sc) {
+  const float2 a = kv_e4m3x2(uint16_t(c.x)), b = kv_e4m3x2(uint16_t(c.x >> 16));
+  const float2 e = kv_e4m3x2(uint16_t(c.y)), f = kv_e4m3x2(uint16_t(c.y >> 16));
+  return make_uint4(kv_bf16x2(a.x * sc, a.y * sc), kv_bf16x2(b.x * sc, b.y * sc), kv_bf16x2(e.x * sc, e.y * sc),
+                    kv_bf16x2(f.x * sc, f.y * sc));
+}
+// e2m1 code (sign bit 3) as f32, by its bits.
+__device__ __forceinline__ float kv_e2m1(uint32_t nib) {
+  const uint32_t em = nib & 7u;
+  const uint32_t mag = em >= 2 ? (((em >> 1) + 126u) << 23) | ((em & 1u) << 22) : em == 1 ? (126u << 23) : 0u;
+  return __uint_as_float(mag | ((nib & 8u) << 28));
+}
+
+// Dims [8 seg, 8 seg + 8) of a packed row as 8 bf16 values (uint4, dim order), equal to
+// bf16(kv_unpack_one): every stored value has at most 6 significant bits (e4m3 x 2^k, e2m1 x
+// e4m3) and a normal exponent, so the bf16 is exact. The row's byte alignment: 8 (V4Row rows
+// are 584 B apart), so loads are at most 8 bytes.
+__device__ __forceinline__ uint4 kv_unpack8_bf16(const KvRow& s, const uint8_t* row, int seg) {
+  const int c0 = 8 * seg;
+  switch (s.format) {
+    case kvpack::Format::V4Row: {
+      const int nope = s.d - s.rope;
+      if (c0 >= nope) {  // bf16 rope dims as stored
+        const uint2* r = reinterpret_cast<const uint2*>(row + nope + 2 * (c0 - nope));
+        const uint2 a = r[0], b = r[1];
+        return make_uint4(a.x, a.y, b.x, b.y);
+      }
+      return kv_e4m3x8_bf16(*reinterpret_cast<const uint2*>(row + c0), kv_e8m0(row[nope + 2 * s.rope + c0 / 64]));
+    }
+    case kvpack::Format::Fp8B32:
+      return kv_e4m3x8_bf16(*reinterpret_cast<const uint2*>(row + c0), kv_e8m0(row[s.d + c0 / 32]));
+    case kvpack::Format::Fp4E4m3B16:
+    case kvpack::Format::Fp4B32: {
+      const bool e4m3 = s.format == kvpack::Format::Fp4E4m3B16;
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(row + c0 / 2);  // 8 nibbles, dim 2k low
+      const uint8_t sb = row[s.d / 2 + c0 / (e4m3 ? 16 : 32)];
+      const float sc = e4m3 ? kv_e4m3x2(sb).x : kv_e8m0(sb);
+      uint32_t o[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[i] = kv_bf16x2(kv_e2m1(w >> (8 * i)) * sc, kv_e2m1(w >> (8 * i + 4)) * sc);
+      return make_uint4(o[0], o[1], o[2], o[3]);
+    }
+  }
+  return make_uint4(0u, 0u, 0u, 0u);
 }
 
 }  // namespace dil::cuda

@@ -112,9 +112,10 @@ void hc_post(Ctx& c, const Tensor& F, const Tensor& X, const Tensor& post, const
 
 // attention.cu
 void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m, const std::string& impl);
-void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m);
+// pack.packed(): ring / cache are U8 packed rows, each row quantized once here (kv_packed.cuh).
+void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m, const kvpack::RowShape& pack);
 void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
-                 const StepMeta& m);
+                 const StepMeta& m, const kvpack::RowShape& pack);
 
 // compressor.cu
 void compressor(Ctx& c, const CompressorArgs& a, const EmitPlan& plan, const StepMeta& m);
