@@ -75,21 +75,34 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // scores are masked, and 0 * 0 keeps P.V finite). BF16 rows (this step's kv_new, or a plain
 // cache) are a cp.async copy of 16-byte segments. A packed row (fast numerics' cache, the
 // official formats: V4 584 B, V4.1 528 / 288 B) is copied by cp.async as it is, in 8-byte
-// chunks (its global rows are 8-byte aligned), to the tail of its shared-memory row
-// (packed_tail), and dequantized there in place once it has landed (convert_packed_rows).
-// `fallback` is any valid global address (zero-fill reads nothing but needs one). Returns the
-// row's kind: 0 none, 1 bf16, 2 packed in ring_fmt, 3 packed in comp_fmt.
-__device__ __forceinline__ int packed_tail(const KvRow& f) { return kStride * 2 - kv_row_bytes(f); }
+// chunks (its global rows are 8-byte aligned), to byte packed_base of its shared-memory row,
+// and dequantized there in place once it has landed (convert_packed_row). `fallback` is any
+// valid global address (zero-fill reads nothing but needs one). Returns the row's kind: 0
+// none, 1 bf16, 2 packed in ring_fmt, 3 packed in comp_fmt.
+//
+// packed_base: where byte 0 of a packed row goes in its 1040-byte slot. V4 rows: at the nope
+// width (448), which puts the bf16 rope dims (row bytes 448..575) exactly where their BF16
+// values belong (slot bytes 896..1023) and the scales after them (1024..1031): only the e4m3
+// dims need converting. V4.1 SWA rows: 512 (scales at 1024..1039). V4.1 main KV: the slot's
+// tail, 752 (scales at 1008..1039).
+__device__ __forceinline__ int packed_base(const KvRow& f) {
+  return f.format == kvpack::Format::V4Row ? f.d - f.rope
+         : f.format == kvpack::Format::Fp8B32 ? f.d
+                                             : kStride * 2 - kv_row_bytes(f);
+}
 __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
 }
 __device__ __forceinline__ int stage_kv_row(const AttnParams<bf16_t>& P, uint32_t dst_row, KvRef row, int first,
                                             const void* fallback) {
   if (row.p && row.kind) {
-    const KvRow& f = row.kind == 1 ? P.ring_fmt : P.comp_fmt;
-    const uint32_t dst = dst_row + unsigned(packed_tail(f));
+    // By value: a reference chosen between two kernel parameters would make the compiler copy
+    // the parameters to local memory and read them from there.
+    const KvRow f = row.kind == 1 ? P.ring_fmt : P.comp_fmt;
+    const int n8 = kv_row_bytes(f) / 8;
+    const uint32_t dst = dst_row + unsigned(packed_base(f));
     const unsigned char* src = static_cast<const unsigned char*>(row.p);
-    for (int ch = first; ch < kv_row_bytes(f) / 8; ch += kThreadsPerRow) cp_async8(dst + unsigned(8 * ch), src + 8 * ch);
+    for (int ch = first; ch < n8; ch += kThreadsPerRow) cp_async8(dst + unsigned(8 * ch), src + 8 * ch);
     return row.kind + 1;
   }
   const bf16_t* r = static_cast<const bf16_t*>(row.p);
@@ -113,29 +126,68 @@ __device__ __forceinline__ int issue_tile(const AttnParams<bf16_t>& P, int t, in
   return kind;
 }
 
-// Dequantizes this thread's row of a landed tile in place when it is packed (kind 2 / 3): in
-// 16 waves of 32 dims (the row's 4 threads take 8 dims each), every thread reads its 8 values
-// from the packed bytes at the row's tail (kv_unpack8_bf16: the exact BF16 of each value),
-// the warp syncs, then writes them as BF16 at the row's front. Why this never overwrites a
-// byte still to be read: wave w writes bytes [64w, 64w + 64); the packed bytes there belong to
-// dims below 32w + 32 (tail 456 for V4 rows: e4m3 dim i at 456 + i, rope dim 448 + k at
-// 904 + 2k; V4.1 SWA tail 512: dim i at 512 + i; V4.1 main KV tail 752: dim i at 752 + i/2),
-// which this wave or an earlier one has read; the scale bytes of dims not yet converted lie
-// at or above byte 1024 (V4 1032+, V4.1 SWA 1024+; V4.1 main KV 1008 + i/16, of which wave 15
-// overwrites only those of dims below 256). Warp-collective (the row's threads share a warp).
+// Dequantizes this thread's row of a landed tile in place when it is packed (kind 2 / 3). The
+// row's 4 threads take 8-dim segments 4w + part; in two phases of 8 segments each (dims
+// [0, 256), then [256, 512)) every thread first loads the packed bytes and scale of its
+// segments (independent loads in flight together), the warp syncs, then each writes its 8
+// values as BF16 (exact: e4m3 x 2^k and e2m1 x e4m3 have at most 6 significant bits and a
+// normal exponent). Why phase 0 never overwrites a byte phase 1 still reads: it writes slot
+// bytes [0, 512), and every packed byte of a dim >= 256 and every scale of such a dim lies at
+// or above byte 512 (V4: e4m3 dim i at 448 + i, scales at 1024+; V4.1 SWA: 512 + i, 1024+;
+// V4.1 main KV: 752 + i/2, 1008 + i/16). Phase 1 writes [512, 1024) after all its reads; the
+// V4 rope dims are already in place (packed_base). Warp-collective (a row's threads share a
+// warp); a warp without packed rows returns at once.
+__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {  // exact inputs: the conversion only packs
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ uint4 e4m3x8_to_bf16(uint2 c, float sc) {
+  const float2 a = kv_e4m3x2(uint16_t(c.x)), b = kv_e4m3x2(uint16_t(c.x >> 16));
+  const float2 e = kv_e4m3x2(uint16_t(c.y)), g = kv_e4m3x2(uint16_t(c.y >> 16));
+  return make_uint4(bf16x2_rn(a.x * sc, a.y * sc), bf16x2_rn(b.x * sc, b.y * sc), bf16x2_rn(e.x * sc, e.y * sc),
+                    bf16x2_rn(g.x * sc, g.y * sc));
+}
+__device__ __forceinline__ uint4 e2m1x8_to_bf16(uint32_t w, float sc) {
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) o[i] = bf16x2_rn(kv_e2m1(w >> (8 * i)) * sc, kv_e2m1(w >> (8 * i + 4)) * sc);
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
 __device__ __forceinline__ void convert_packed_row(const AttnParams<bf16_t>& P, uint16_t* tile, int kind) {
-  const int r = threadIdx.x / kThreadsPerRow, part = threadIdx.x % kThreadsPerRow;
   if (!__any_sync(0xffffffffu, kind >= 2)) return;  // no packed row in this warp
-  const KvRow& f = kind == 3 ? P.comp_fmt : P.ring_fmt;
+  const int r = threadIdx.x / kThreadsPerRow, part = threadIdx.x % kThreadsPerRow;
+  const KvRow f = kind == 3 ? P.comp_fmt : P.ring_fmt;  // by value (see stage_kv_row)
   unsigned char* slot = reinterpret_cast<unsigned char*>(tile + r * kStride);
-  const unsigned char* src = slot + (kind >= 2 ? packed_tail(f) : 0);
-#pragma unroll 4
-  for (int w = 0; w < kSegs / kThreadsPerRow; ++w) {
-    const int seg = w * kThreadsPerRow + part;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (kind >= 2) v = kv_unpack8_bf16(f, src, seg);
+  const unsigned char* src = slot + (kind >= 2 ? packed_base(f) : 0);
+  const bool fp4 = f.format == kvpack::Format::Fp4E4m3B16, v4 = f.format == kvpack::Format::V4Row;
+  const int nq = kind < 2 ? 0 : v4 ? f.d - f.rope : f.d;                    // dims to convert
+  const int sc_at = fp4 ? f.d / 2 : v4 ? f.d - f.rope + 2 * f.rope : f.d;  // scale bytes in the row
+  const int sc_shift = v4 ? 6 : fp4 ? 4 : 5;                                 // dims per scale: 64, 16, 32
+  constexpr int kPer = kSegs / kThreadsPerRow / 2;                           // segments per thread and phase
+#pragma unroll
+  for (int ph = 0; ph < 2; ++ph) {
+    uint2 raw[kPer];
+    uint32_t sb[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int c0 = 8 * ((ph * kPer + j) * kThreadsPerRow + part);
+      raw[j] = make_uint2(0u, 0u);
+      sb[j] = 0;
+      if (c0 < nq) {
+        raw[j] = fp4 ? make_uint2(*reinterpret_cast<const uint32_t*>(src + c0 / 2), 0u)
+                     : *reinterpret_cast<const uint2*>(src + c0);
+        sb[j] = src[sc_at + (c0 >> sc_shift)];
+      }
+    }
     __syncwarp();
-    if (kind >= 2) *reinterpret_cast<uint4*>(slot + seg * 16) = v;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int seg = (ph * kPer + j) * kThreadsPerRow + part;
+      if (8 * seg < nq)
+        *reinterpret_cast<uint4*>(slot + 16 * seg) =
+            fp4 ? e2m1x8_to_bf16(raw[j].x, kv_e4m3x2(uint16_t(sb[j])).x) : e4m3x8_to_bf16(raw[j], kv_e8m0(uint8_t(sb[j])));
+    }
     __syncwarp();
   }
 }

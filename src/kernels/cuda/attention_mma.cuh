@@ -57,7 +57,8 @@ __device__ __forceinline__ float4 attn_row4(const AttnParams<T>& P, KvRef r, int
   if (!r.p) return make_float4(0.f, 0.f, 0.f, 0.f);
   if (r.kind) {
     float v[4];
-    kv_unpack<4>(r.kind == 1 ? P.ring_fmt : P.comp_fmt, static_cast<const uint8_t*>(r.p), 4 * k4, v);
+    const KvRow f = r.kind == 1 ? P.ring_fmt : P.comp_fmt;  // by value: no local copy of the parameters
+    kv_unpack<4>(f, static_cast<const uint8_t*>(r.p), 4 * k4, v);
     return make_float4(v[0], v[1], v[2], v[3]);
   }
   if constexpr (std::is_same_v<T, float>) {
@@ -73,7 +74,8 @@ __device__ __forceinline__ float4 attn_row4(const AttnParams<T>& P, KvRef r, int
 // significant bits and a normal exponent; kv_unpack8_bf16).
 template <class T>
 __device__ __forceinline__ uint4 attn_row8_packed(const AttnParams<T>& P, KvRef r, int seg) {
-  return kv_unpack8_bf16(r.kind == 1 ? P.ring_fmt : P.comp_fmt, static_cast<const uint8_t*>(r.p), seg);
+  const KvRow f = r.kind == 1 ? P.ring_fmt : P.comp_fmt;  // by value: no local copy of the parameters
+  return kv_unpack8_bf16(f, static_cast<const uint8_t*>(r.p), seg);
 }
 
 // Fills everything but the kernel choice; checks shapes and that q, kv_new, ring, comp and out
