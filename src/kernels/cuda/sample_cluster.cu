@@ -38,6 +38,8 @@ struct CSmem {
   float x_f;
   int x_i;
   int gofs[kCluster + 1];           // rank 0: where each slice's entries go in the gathered list
+  u64 hist_odd[256];                // the radix searches' second histogram buffer
+  u64 comb[256];                    // the cluster's histogram of a pass
 };
 
 __device__ float cl_max(cg::cluster_group& cl, float v, CSmem& s) {
@@ -91,19 +93,26 @@ __device__ u64 cl_max_u(cg::cluster_group& cl, u64 v, CSmem& s) {
 
 // The largest key K such that pred(sum of q over the row's tokens with key >= K) holds (see
 // sample.cu radix_search); key(i) and q(i) of the slice's local index i, q only evaluated for
-// tokens that match the digits decided so far.
+// tokens that match the digits decided so far. q < 2^53 (a weight is at most 2^52, a count 1).
+//
+// Per pass: the slice's histogram with warp-aggregated atomics (the lanes of a warp that hit
+// the same digit add their sum once: the first digit, sign and top exponent bits, takes a
+// handful of values for a whole row, so plain atomics would serialize up to 32-way on one
+// word; the sum is two 32-bit warp reductions of the low 26 and high 27 bits, exact for 32
+// lanes), one cluster barrier, the 8 slices' histograms summed by 256 threads, the digit
+// picked by warp 0. Histograms alternate between two buffers, so a pass never clears one that
+// another CTA may still be reading (that CTA has passed the barrier in between).
 template <class Key, class Q>
 __device__ u64 cl_radix_search(cg::cluster_group& cl, int n, int key_bits, Key key, Q q, Pred pred, CSmem& s) {
+  constexpr int kLoBits = 26;
   const int passes = (key_bits + 7) / 8;
+  const int lane = threadIdx.x % 32;
   u64 prefix = 0, above = 0;
   for (int p = passes - 1; p >= 0; --p) {
     const int shift = 8 * p;
-    for (int i = threadIdx.x; i < 256; i += kThreads) s.b.hist[i] = 0;
+    u64* hist = (p & 1) ? s.hist_odd : s.b.hist;
+    for (int i = threadIdx.x; i < 256; i += kThreads) hist[i] = 0;
     __syncthreads();
-    // Warp-aggregated: the lanes of a warp that hit the same digit add their sum once. The
-    // first pass's digit is the sign and top exponent bits, a handful of values for a whole
-    // row, so plain atomics would serialize up to 32-way on the same word.
-    const int lane = threadIdx.x % 32;
     for (int b = threadIdx.x - lane; b < n; b += kThreads) {  // a trip count uniform per warp
       const int i = b + lane;
       int digit = 256;  // none
@@ -117,20 +126,22 @@ __device__ u64 cl_radix_search(cg::cluster_group& cl, int n, int key_bits, Key k
       }
       const unsigned peers = __match_any_sync(~0u, digit);
       if (digit < 256) {  // a whole peer group enters together
-        u64 sum = 0;
-        for (unsigned pm = peers; pm; pm &= pm - 1) sum += __shfl_sync(peers, w, __ffs(pm) - 1);
-        if ((peers & ((1u << lane) - 1)) == 0) atomicAdd(&s.b.hist[digit], sum);  // the group's lowest lane
+        const unsigned lo = __reduce_add_sync(peers, unsigned(w) & ((1u << kLoBits) - 1));
+        const unsigned hi = __reduce_add_sync(peers, unsigned(w >> kLoBits));
+        if ((peers & ((1u << lane) - 1)) == 0) atomicAdd(&hist[digit], (u64(hi) << kLoBits) + lo);  // lowest lane
       }
     }
     cl.sync();  // every slice's histogram complete
+    if (threadIdx.x < 256) {
+      u64 h = 0;
+      for (int c = 0; c < kCluster; ++c) h += cl.map_shared_rank(hist, c)[threadIdx.x];
+      s.comb[threadIdx.x] = h;
+    }
+    __syncthreads();
     if (threadIdx.x < 32) {
       const int l = lane;
       u64 loc[8], sum = 0;
-      for (int j = 0; j < 8; ++j) {  // descending digits, the slices' counts summed
-        u64 h = 0;
-        for (int c = 0; c < kCluster; ++c) h += cl.map_shared_rank(s.b.hist, c)[255 - 8 * l - j];
-        sum += loc[j] = h;
-      }
+      for (int j = 0; j < 8; ++j) sum += loc[j] = s.comb[255 - 8 * l - j];  // descending digits
       u64 incl = sum;
       for (int o = 1; o < 32; o <<= 1) {
         const u64 m = __shfl_up_sync(~0u, incl, o);
@@ -150,11 +161,11 @@ __device__ u64 cl_radix_search(cg::cluster_group& cl, int n, int key_bits, Key k
         s.b.b_u[1] = found >= 0 ? before : above;
       }
     }
-    cl.sync();  // the remote reads done (histograms reusable), the digit visible
+    __syncthreads();
     prefix |= u64(s.b.b_i[0]) << shift;
     above = s.b.b_u[1];
-    __syncthreads();
   }
+  cl.sync();  // the last pass's remote reads done before the buffers serve anything else
   return prefix;
 }
 
@@ -183,7 +194,9 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1)
   const u64 maxid = (u64(1) << idb) - 1;
   auto key_x = [&](int i) -> u64 { return sm::token_key(xs[i], g0 + i, idb); };
 
-  // Steps 0, 2, 3: sanitize, mask, edits (each CTA applies the edits of its slice).
+  // Steps 0, 2, 3: sanitize, mask, edits (each CTA applies the edits of its slice). Unrolled so
+  // that several global loads are in flight per thread (16 per thread at V4's vocabulary).
+#pragma unroll 4
   for (int i = threadIdx.x; i < len; i += kThreads) {
     const int t = g0 + i;
     float v = sanitize(l[i]);
@@ -259,7 +272,14 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1)
       const int chunk = (len + kThreads - 1) / kThreads;
       const int t0 = min(len, int(threadIdx.x) * chunk), t1 = min(len, t0 + chunk);
       u64 mine = 0;
-      for (int i = t0; i < t1; ++i) mine += ws[i];
+      {  // starting at a thread-dependent offset: contiguous chunks of u64 in one bank pair otherwise
+        const int cnt = t1 - t0;
+        int k = t0 + (cnt > 0 ? int(threadIdx.x) % cnt : 0);
+        for (int j = 0; j < cnt; ++j) {
+          mine += ws[k];
+          if (++k == t1) k = t0;
+        }
+      }
       const u64 incl = block_scan_u(mine, s.b);
       const u64 slice = block_sum_u(mine, s.b);
       if (threadIdx.x == 0) s.x_u = slice;
