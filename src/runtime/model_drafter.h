@@ -1,7 +1,9 @@
 // The model's own drafter as the engine's proposer (--speculative mtp: V4's MTP layer,
-// model-spec §3.10; model/v4_mtp.cpp runs it). Every drafting sequence has all its tokens but
-// the last computed, so its slot holds the state after position len - 2 and the draft starts
-// from the pair (that position's streams, the last token): Model::draft.
+// model-spec §3.10, model/v4_mtp.cpp; --speculative dspark: V4.1's DSpark, §4.7,
+// model/v41_dspark.cpp). Every drafting sequence has all its tokens but the last computed, so
+// its slot holds the state after position len - 2 and the draft starts from that position and
+// the last token (MTP: the pair of its streams and the token; DSpark: the anchor of the draft
+// block): Model::draft.
 #pragma once
 #include "model/model.h"
 #include "runtime/drafter.h"
