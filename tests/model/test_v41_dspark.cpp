@@ -195,3 +195,28 @@ TEST(V41Dspark, DraftLeavesTheSlotAndSlotCopiesDraftAlike) {
   const Draft d4 = draft(a, {0, L, t[size_t(L + 1)], kB});
   EXPECT_FALSE(same(d4.logits, d1.logits));
 }
+
+TEST(V41Dspark, RollbackRestoresTheContextRings) {
+  // The engine's verify step: snapshot the slot, run [a, d0, d1, d2] (rejected), restore the
+  // snapshot, compute the accepted token alone. The verify wrote context rows of positions
+  // L+1..L+3 into ring slots a later draft reads as positions L-126..L-124: the restore must
+  // bring back the rings with the rest of the slot, so that the draft equals a clean run's.
+  const int L = 140;
+  const std::vector<int32_t> t = tokens(L + 2, 4);
+  Loaded a(true), clean(true);
+  step(*a.model, {{0, 0, sub(t, 0, L), 0}});
+  step(*clean.model, {{0, 0, sub(t, 0, L + 1), 0}});
+  a.model->copy_cache({{CacheCopy::Kind::Slot, 0, 1}});
+  step(*a.model, {{0, L, {t[size_t(L)], 7, 8, 9}, 0}});
+  a.model->copy_cache({{CacheCopy::Kind::Slot, 1, 0}});
+  step(*a.model, {{0, L, {t[size_t(L)]}, 0}});
+  const Draft d = draft(a, {0, L, t[size_t(L + 1)], kB}), want = draft(clean, {0, L, t[size_t(L + 1)], kB});
+  EXPECT_EQ(d.tokens, want.tokens);
+  EXPECT_TRUE(same(d.logits, want.logits));
+  // Not vacuous: without the restore the rejected rows stay in the window and change the draft.
+  Loaded b(true);
+  step(*b.model, {{0, 0, sub(t, 0, L), 0}});
+  step(*b.model, {{0, L, {t[size_t(L)], 7, 8, 9}, 0}});
+  const Draft stale = draft(b, {0, L, t[size_t(L + 1)], kB});
+  EXPECT_FALSE(same(stale.logits, want.logits));
+}
