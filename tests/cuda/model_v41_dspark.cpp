@@ -76,7 +76,9 @@ TEST(V41DsparkCuda, DraftEqualsTheCpu) {
     std::printf("MODEL | dspark draft %d cuda vs cpu (reference) | rel L2 %.2e, top-2 gap %.3g, conf %.6g vs %.6g\n", i,
                 rel, gap, g.conf[size_t(i)], c.conf[size_t(i)]);
     EXPECT_LT(rel, 1e-5) << "draft " << i;
-    if (gap > 1e-3 * scale) EXPECT_EQ(g.tokens[size_t(i)], c.tokens[size_t(i)]) << "draft " << i;
+    if (gap > 1e-3 * scale) {
+      EXPECT_EQ(g.tokens[size_t(i)], c.tokens[size_t(i)]) << "draft " << i;
+    }
     EXPECT_NEAR(g.conf[size_t(i)], c.conf[size_t(i)], 1e-4 * std::max(1.0f, std::fabs(c.conf[size_t(i)])));
   }
 }
