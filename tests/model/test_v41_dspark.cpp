@@ -39,9 +39,9 @@ constexpr int kB = 5;  // dspark_block_size
 struct Loaded {
   std::unique_ptr<Backend> be = make_backend(BackendKind::CPU);
   std::unique_ptr<Model> model;
-  explicit Loaded(bool dspark, const std::string& dir = kDir) {
+  explicit Loaded(bool dspark, const std::string& dir = kDir, Numerics n = Numerics::Reference) {
     ModelOptions o;
-    o.numerics = Numerics::Reference;
+    o.numerics = n;
     o.load_mtp = dspark;
     model = load_model(dir, *be, o);
     model->allocate_cache(16, 4, 128);
@@ -219,4 +219,27 @@ TEST(V41Dspark, RollbackRestoresTheContextRings) {
   step(*b.model, {{0, L, {t[size_t(L)], 7, 8, 9}, 0}});
   const Draft stale = draft(b, {0, L, t[size_t(L + 1)], kB});
   EXPECT_FALSE(same(stale.logits, want.logits));
+}
+
+TEST(V41Dspark, QuantizingNumerics) {
+  // Official (f32 activations, FP8 QDQ of the context and draft rows) and fast (bf16, the rings
+  // stored as packed FP8 rows on the CPU): the draft is a function of the slot (a copy drafts
+  // the same, twice the same), its tokens are in the vocabulary, and the backbone is untouched.
+  const int L = 140;
+  const std::vector<int32_t> t = tokens(L + 1, 5);
+  for (Numerics n : {Numerics::Official, Numerics::Fast}) {
+    SCOPED_TRACE(numerics_name(n));
+    Loaded a(true, kDir, n), plain(false, kDir, n);
+    step(*a.model, {{0, 0, sub(t, 0, L), 0}});
+    step(*plain.model, {{0, 0, sub(t, 0, L), 0}});
+    const Draft d1 = draft(a, {0, L - 1, t[size_t(L)], kB});
+    a.model->copy_cache({{CacheCopy::Kind::Slot, 0, 2}});
+    const Draft d2 = draft(a, {2, L - 1, t[size_t(L)], kB});
+    ASSERT_EQ(d1.tokens.size(), size_t(kB));
+    for (int32_t tok : d1.tokens) EXPECT_TRUE(tok >= 0 && tok < kV);
+    EXPECT_EQ(d2.tokens, d1.tokens);
+    EXPECT_TRUE(same(d2.logits, d1.logits));
+    for (float v : d1.logits) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_TRUE(same(step(*a.model, {{0, L, {t[size_t(L)]}, 0}}), step(*plain.model, {{0, L, {t[size_t(L)]}, 0}})));
+  }
 }
