@@ -19,9 +19,12 @@
 // a draft leaves the slot as it found it. Then x = collapse(Z, pre) [5, D], U_i = head(norm(x_i))
 // (f32), and sequentially prev = a, for i = 0..4: me_i = markov_embed[prev], U_i += markov_head
 // me_i, d_i = argmax U_i (Backend::sample at temperature 0), prev = d_i: d_i is the draft for
-// p + 2 + i. conf_i = proj . concat(x_i, me_i) (f32, a logit): computed and returned, not used
-// to cut the draft (the engine verifies what it is given; greedy identity holds regardless).
+// p + 2 + i. conf_i = proj . concat(x_i, me_i) (f32, a logit): returned for tests, and the draft
+// is cut before the first position whose survival estimate prod sigmoid(conf) falls below
+// DraftRequest::min_survival (0: never; --dspark-min-survival). The engine verifies what it is
+// given, so outputs are the target's whatever the cut.
 #include <algorithm>
+#include <cmath>
 
 #include "backend/sampling.h"
 #include "model/step.h"
@@ -164,6 +167,8 @@ void V41Model::draft_dspark(const std::vector<DraftRequest>& in, std::vector<std
     DIL_CHECK(r.n <= B, "DSpark drafts at most dspark_block_size = ", B, " tokens, ", r.n, " asked");
     k = std::max(k, r.n);
   }
+  bool cut = false;  // some request cuts its draft by the confidence head
+  for (const DraftRequest& r : in) cut |= r.min_survival > 0.0;
   const int steps = conf ? B : k;  // Markov steps: every position when the confidences are asked for
   // The draft block of every request: [a, N, .., N] at positions pos + 1 .. pos + B.
   StepBatch b;
@@ -253,16 +258,34 @@ void V41Model::draft_dspark(const std::vector<DraftRequest>& in, std::vector<std
     logits->resize(size_t(k) * size_t(S * V));
     be_.download(logits->data(), U.rows(0, int64_t(k) * S));
   }
-  if (conf) {  // conf = proj[:, :D] . x + proj[:, D:] . me, f32
-    Tensor cx = s.f32({R, 1}), cm = s.f32({R, 1});
-    be_.linear(xp, dsp_->conf_x, 0, cx);
-    be_.linear(ME, dsp_->conf_m, 0, cm);
-    be_.add(cx, cm, cx);
-    std::vector<float> h(static_cast<size_t>(R));  // position-major
-    be_.download(h.data(), cx);
+  if (!conf && !cut) return;
+  // conf = proj[:, :D] . x + proj[:, D:] . me (f32) of the positions the Markov steps reached.
+  const int64_t Rc = int64_t(steps) * S;
+  Tensor cx = s.f32({Rc, 1}), cm = s.f32({Rc, 1});
+  be_.linear(xp.rows(0, Rc), dsp_->conf_x, 0, cx);
+  be_.linear(ME.rows(0, Rc), dsp_->conf_m, 0, cm);
+  be_.add(cx, cm, cx);
+  std::vector<float> h(static_cast<size_t>(Rc));  // position-major
+  be_.download(h.data(), cx);
+  if (conf) {
     conf->resize(size_t(R));
     for (int64_t q = 0; q < S; ++q)
       for (int i = 0; i < B; ++i) (*conf)[size_t(q * B + i)] = h[size_t(i * S + q)];
+  }
+  // The cut: position i's confidence depends on the tokens before it only (x_i, and me_i of
+  // d_{i-1}), so whether d_i is proposed never depends on d_i (the DSpark paper's
+  // non-anticipation; the engine's verification keeps the target's outputs anyway).
+  for (int64_t q = 0; q < S; ++q) {
+    const double ms = in[size_t(q)].min_survival;
+    if (ms <= 0.0) continue;
+    std::vector<int32_t>& d = (*out)[size_t(q)];
+    double survival = 1.0;
+    size_t keep = 0;
+    for (; keep < d.size(); ++keep) {
+      survival *= 1.0 / (1.0 + std::exp(-double(h[keep * size_t(S) + size_t(q)])));
+      if (survival < ms) break;
+    }
+    d.resize(keep);
   }
 }
 

@@ -12,6 +12,10 @@ namespace runtime {
 std::unique_ptr<Drafter> make_drafter(const EngineOptions& opts, const ModelConfig& cfg) {
   const std::string& m = opts.speculative;
   if (m == "off") return nullptr;
+  if (!(opts.dspark_min_survival >= 0.0 && opts.dspark_min_survival <= 1.0))
+    DIL_FAIL("dspark_min_survival must be in [0, 1], got ", opts.dspark_min_survival);
+  if (opts.dspark_min_survival > 0.0 && m != "dspark")
+    DIL_FAIL("dspark_min_survival is DSpark's confidence cut: it needs speculative 'dspark', not '", m, "'");
   if (opts.num_speculative_tokens < 1)
     DIL_FAIL("num_speculative_tokens must be >= 1 with speculative decoding, got ", opts.num_speculative_tokens);
   if (m == "ngram") return std::make_unique<NgramDrafter>(opts.num_speculative_tokens);
@@ -47,7 +51,8 @@ std::unique_ptr<Engine> build(const EngineOptions& opts, std::unique_ptr<Drafter
   mo.load_mtp = from_opts && (opts.speculative == "mtp" || opts.speculative == "dspark");
   mo.on_progress = opts.on_load_progress;
   auto model = load_model(opts.model_dir, *backend, mo);
-  if (mo.load_mtp) drafter = std::make_unique<ModelDrafter>(*model, opts.num_speculative_tokens);
+  if (mo.load_mtp)
+    drafter = std::make_unique<ModelDrafter>(*model, opts.num_speculative_tokens, opts.dspark_min_survival);
   return make_engine_with_model(opts, std::move(model), std::move(backend), nullptr, nullptr, std::move(drafter));
 }
 

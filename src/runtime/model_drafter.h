@@ -12,13 +12,15 @@ namespace dil::runtime {
 
 class ModelDrafter final : public Drafter {
  public:
-  ModelDrafter(Model& model, int k) : model_(model), k_(k) {}
+  // min_survival: DraftRequest::min_survival of every request (DSpark's confidence cut).
+  ModelDrafter(Model& model, int k, double min_survival = 0.0) : model_(model), k_(k), min_survival_(min_survival) {}
   int max_draft_tokens() const override { return k_; }
   void propose(std::span<const DraftInput> in, std::vector<std::vector<int32_t>>* out) override;
 
  private:
   Model& model_;  // the engine's model (it owns both)
   int k_;
+  double min_survival_;
 };
 
 }  // namespace dil::runtime

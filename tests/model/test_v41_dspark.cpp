@@ -243,3 +243,24 @@ TEST(V41Dspark, QuantizingNumerics) {
     EXPECT_TRUE(same(step(*a.model, {{0, L, {t[size_t(L)]}, 0}}), step(*plain.model, {{0, L, {t[size_t(L)]}, 0}})));
   }
 }
+
+TEST(V41Dspark, ConfidenceCut) {
+  // DraftRequest::min_survival keeps the drafts while prod sigmoid(conf) >= it: a prefix of the
+  // uncut draft, as long as the confidences (the same draft's, returned) say.
+  const int L = 140;
+  const std::vector<int32_t> t = tokens(L + 1, 6);
+  Loaded a(true);
+  step(*a.model, {{0, 0, sub(t, 0, L), 0}});
+  const Draft full = draft(a, {0, L - 1, t[size_t(L)], kB});
+  std::vector<double> survival;  // after each position
+  double sv = 1.0;
+  for (float c : full.conf) survival.push_back(sv *= 1.0 / (1.0 + std::exp(-double(c))));
+  for (double ms : {1e-9, survival[0] * 0.999, survival[1] * 0.999, survival[0] * 1.001, 1.0}) {
+    std::vector<std::vector<int32_t>> out;
+    DraftRequest r{0, L - 1, t[size_t(L)], kB, ms};
+    a.model->draft({r}, &out);
+    size_t want = 0;
+    while (want < survival.size() && survival[want] >= ms) ++want;
+    EXPECT_EQ(out[0], sub(full.tokens, 0, int(want))) << "min_survival " << ms;
+  }
+}

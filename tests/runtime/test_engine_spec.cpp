@@ -477,6 +477,30 @@ void model_drafter_seeded_repeat(const std::string& fixture, const std::string& 
   expect_same(a, b);
 }
 
+TEST(SpecDecode, DsparkConfidenceCut) {
+  // --dspark-min-survival: drafts cut by the confidence head. The outputs are still those without
+  // speculation; fewer tokens per draft are verified than without the cut (the random head's
+  // confidences are whatever they are: the model test V41Dspark.ConfidenceCut checks the rule).
+  EngineOptions o = options("v41-tiny");
+  o.model_dir = drafter_data("v41-tiny");
+  auto reqs = spec_requests();
+  reqs.resize(6);
+  const auto want = run_together(*make_engine(o), reqs);
+  o.speculative = "dspark";
+  o.num_speculative_tokens = 5;
+  auto whole = make_engine(o);
+  expect_same(run_together(*whole, reqs), want);
+  o.dspark_min_survival = 0.02;
+  auto e = make_engine(o);
+  expect_same(run_together(*e, reqs), want);
+  const EngineStats s = e->stats(), w = whole->stats();
+  print_stats("dspark whole", w);
+  print_stats("dspark cut 0.02", s);
+  EXPECT_GT(s.spec_decode_num_draft_tokens, 0);
+  EXPECT_LT(double(s.spec_decode_num_draft_tokens) / double(s.spec_decode_num_drafts),
+            double(w.spec_decode_num_draft_tokens) / double(w.spec_decode_num_drafts));
+}
+
 TEST(SpecDecode, MtpSameOutputs) { model_drafter_same_outputs("v4-tiny", "mtp", 3); }
 TEST(SpecDecode, MtpWithPrefixCacheHits) { model_drafter_prefix_cache("v4-tiny", "mtp"); }
 TEST(SpecDecode, MtpSeededRunsRepeat) { model_drafter_seeded_repeat("v4-tiny", "mtp"); }
@@ -505,6 +529,13 @@ TEST(SpecDecode, OptionsAreChecked) {
   EXPECT_THROW(make_engine(o), Error);
   o.model_dir = drafter_data("v41-tiny");
   o.num_speculative_tokens = 6;
+  EXPECT_THROW(make_engine(o), Error);
+  // The confidence cut: in [0, 1], with dspark only.
+  o.num_speculative_tokens = 3;
+  o.dspark_min_survival = 1.5;
+  EXPECT_THROW(make_engine(o), Error);
+  o.dspark_min_survival = 0.5;
+  o.speculative = "ngram";
   EXPECT_THROW(make_engine(o), Error);
 }
 
