@@ -28,10 +28,11 @@ void check_drafter(const ModelConfig& cfg, bool has_weights, const ModelOptions&
   if (!opt.load_mtp) return;
   const bool v4 = cfg.arch == Arch::V4;
   if (cfg.n_mtp < 1)
-    DIL_FAIL(cfg.model_type, ": config.json has no ", v4 ? "MTP layer" : "DSpark stages", " (num_nextn_predict_layers 0)");
+    DIL_FAIL(cfg.model_type, ": config.json has no ", v4 ? "MTP layer" : "DSpark stages",
+             " (num_nextn_predict_layers 0)");
   if (!has_weights)
-    DIL_FAIL("the checkpoint has no mtp.* tensors (", v4 ? "V4's MTP layer, model-spec §2.2" : "V4.1's DSpark stages, model-spec §2.3",
-             ")");
+    DIL_FAIL("the checkpoint has no mtp.* tensors (",
+             v4 ? "V4's MTP layer, model-spec §2.2" : "V4.1's DSpark stages, model-spec §2.3", ")");
   if (opt.comm && opt.comm->size() > 1)
     DIL_FAIL("the ", v4 ? "MTP" : "DSpark", " drafter does not run with expert parallelism yet");
 }

@@ -72,7 +72,8 @@ void V41Model::bind_dspark() {
     const std::string p = "mtp." + std::to_string(s) + ".";
     l.index = cfg_.n_layers + s;
     l.ratio = cfg_.ratio(l.index);
-    if (l.ratio != 0) DIL_FAIL("DSpark stage ", s, " has compress ratio ", l.ratio, " in config.json; they are SWA only");
+    if (l.ratio != 0)
+      DIL_FAIL("DSpark stage ", s, " has compress ratio ", l.ratio, " in config.json; the stages are SWA only");
     l.drafter = true;
     l.kind = "dspark";
     bind_block_weights(binder_, p, d.ep, &l);
@@ -92,7 +93,8 @@ void V41Model::bind_dspark() {
     if (l.active) last_active = l.index;
   DIL_CHECK(last_active >= 0, "DSpark without any active backbone layer");
   for (int T : cfg_.dspark_target_layers) {
-    if (T < 0 || T >= cfg_.n_layers) DIL_FAIL("dspark_target_layer_ids: layer ", T, " outside [0, ", cfg_.n_layers, ")");
+    if (T < 0 || T >= cfg_.n_layers)
+      DIL_FAIL("dspark_target_layer_ids: layer ", T, " outside [0, ", cfg_.n_layers, ")");
     int at = last_active;
     for (int L = T; L < cfg_.n_layers; ++L)
       if (layers_[size_t(L)].active) {
@@ -123,7 +125,8 @@ V41Model::DsparkStep V41Model::plan_dspark(const StepBatch& batch, const StepMet
 void V41Model::dspark_record(int L, const Tensor& X, const RowSpans& cur, const DsparkStep& ds, Tensor means,
                              Scratch& s) {
   if (ds.rows == 0) return;
-  const int64_t n = cfg_.hc_mult, D = cfg_.dim, R = ds.rows;
+  const int64_t n = cfg_.hc_mult, D = cfg_.dim, R = ds.rows, K = int64_t(dsp_->record.size());
+  Tensor all = means.view({K * R, D});  // [K * R, D] target k's rows at [k R, (k + 1) R)
   for (size_t k = 0; k < dsp_->record.size(); ++k) {
     if (dsp_->record[k] != L) continue;
     Tensor Xc = X;  // [R, n, D] the context rows' streams
@@ -133,7 +136,7 @@ void V41Model::dspark_record(int L, const Tensor& X, const RowSpans& cur, const 
     }
     Tensor quarter = s.f32({R, n});  // [R, n] 1/n: the plain mean as a collapse (exact weights)
     be_.fill(quarter, 1.0f / float(n));
-    be_.hc_collapse(Xc, quarter, means.view({int64_t(dsp_->record.size()) * R, D}).rows(int64_t(k) * R, int64_t(k + 1) * R));
+    be_.hc_collapse(Xc, quarter, all.rows(int64_t(k) * R, int64_t(k + 1) * R));
   }
 }
 

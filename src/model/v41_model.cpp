@@ -120,7 +120,8 @@ CacheSpec V41Model::cache_spec(int block_tokens) const {
     if (m > 1) cs.bytes_per_slot += 2 * m * hd * 4;
   }
   cs.bytes_per_slot += size_t(std::max(cfg_.engram_max_ngram - 1, 0)) * 4;
-  if (dsp_) cs.bytes_per_slot += dsp_->blocks.size() * W * kv_row_bytes(kv_.swa, int64_t(hd), act_);  // DSpark rings
+  if (dsp_)  // the DSpark rings
+    cs.bytes_per_slot += dsp_->blocks.size() * W * kv_row_bytes(kv_.swa, int64_t(hd), act_);
   return cs;
 }
 
@@ -267,7 +268,7 @@ Tensor V41Model::window_rows(Layer& l, const Tensor& x, const Tensor& pos, Scrat
 Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, Scratch& s) {
   const int64_t T = x.size(0), E = l.drafter ? cfg_.dspark_n_routed : cfg_.n_routed;
   const int64_t k = l.drafter ? cfg_.dspark_topk : cfg_.topk;
-  const ExpertParallel& experts = l.drafter ? dsp_->ep : ep_;
+  const ExpertParallel& epx = l.drafter ? dsp_->ep : ep_;  // the drafter's experts are its own
   auto gate = std::make_unique<ProfileScope>(prof_, "moe gate");
   Tensor logits = s.f32({T, E});
   be_.linear(x, l.gate, 0, logits);
@@ -280,7 +281,7 @@ Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, 
   r.out_idx = s.i32({T, k});
   be_.moe_route(r);
   gate.reset();
-  Tensor routed = experts.experts(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);  // [T, D] f32 routed sum
+  Tensor routed = epx.experts(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);  // [T, D] f32 routed sum
   ProfileScope ps(prof_, "moe shared");
   Tensor out = act(s, {T, cfg_.dim});  // bf16(routed + shared) in fast numerics, as the official MoE
   be_.add(routed, shared_expert(be_, x, l.sw1, l.sw2, l.sw3, act_block(), cfg_.swiglu_limit, s), out);

@@ -88,9 +88,9 @@ class V41Model : public Model {
     Weight conf_x, conf_m;        // confidence_head.proj [1, D + R] as its columns [0, D), [D, D + R)
     // Per target layer: the active backbone layer at whose entry its stream mean is taken (the
     // target itself; a benchmark's layer subset without it: the next active layer, else the
-    // last), ascending.
+    // last), in the order of dspark_target_layer_ids.
     std::vector<int> record;
-    ExpertParallel ep;            // the drafter's experts, single rank (check_drafter)
+    ExpertParallel ep;            // the drafter's experts, single rank (loader.cpp check_drafter)
   };
   // The context rows a step writes (the trailing min(n, W) rows of every chunk): planned with
   // the step, before its first kernel.

@@ -50,7 +50,7 @@ void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
     DIL_CHECK(a.comp_idx.size(0) == T, "attention: comp_idx ", a.comp_idx.shape_str());
   }
   DIL_CHECK(!a.non_causal || ratio == 0, "attention: non-causal attention has no compressed rows (ratio ", ratio, ")");
-  impl_for(attention_site(int(H), int(d), ratio, int(K), a.q.dtype, numerics(), a.non_causal), T);  // the site is planned
+  impl_for(attention_site(int(H), int(d), ratio, int(K), a.q.dtype, numerics(), a.non_causal), T);  // planned?
   const float* psink = a.sink.ptr<float>();
   std::vector<const float*> keys;  // [n_keys] pointers to d-wide f32 rows
   std::vector<float> wide;         // [W + n_comp, d] widened bf16 rows of one token
