@@ -145,7 +145,7 @@ void V41Model::dspark_context(const DsparkStep& ds, const Tensor& means, Scratch
   const int64_t K = int64_t(dsp_->record.size()), R = ds.rows, D = cfg_.dim, hd = cfg_.head_dim;
   Tensor mh = act(s, {R, K * D});  // [R, K*D] main_hidden: the K means of a row side by side
   be_.embed(as_table(means.view({K * R, D})), ds.perm, mh.view({R * K, D}));
-  Tensor mp = act(s, {R, D}), mx = act(s, {R, D});
+  Tensor mp = act(s, {R, D}), mx = act(s, {R, D});  // [R, D] main_proj out, main_x
   be_.linear(mh, dsp_->main_proj, act_block(), mp);
   be_.rms_norm(mp, dsp_->main_norm, cfg_.norm_eps, mx);  // main_x [R, D], shared by the blocks
   for (Layer& l : dsp_->blocks)
@@ -200,19 +200,19 @@ void V41Model::draft_dspark(const std::vector<DraftRequest>& in, std::vector<std
     srows[size_t(q)].src_row = int32_t(q);
     srows[size_t(q)].temperature = 0.0f;
   }
-  Tensor rows_t = s.i32({S, kSampleRowWords});
+  Tensor rows_t = s.i32({S, kSampleRowWords});  // [S, words] the sampler's rows
   be_.upload(rows_t, srows.data());
 
-  Tensor e = act(s, {R, D});
+  Tensor e = act(s, {R, D});  // [S * B, D] the block's embeddings, request-major
   be_.embed(embed_, p.ids, e);
   Tensor X = act(s, {R, n, D}), X2 = act(s, {R, n, D});  // [R, n, D] the draft rows' streams
   be_.hc_expand(e, int(n), X);
-  Tensor pre_mix = s.f32({R, n}), a_pre = s.f32({R, n}), f_pre = s.f32({R, n});
+  Tensor pre_mix = s.f32({R, n}), a_pre = s.f32({R, n}), f_pre = s.f32({R, n});  // [R, n] collapse weights
   be_.copy(pre_mix, one_hot);
   const ExpertParallel::Step no_ep;  // single rank
   for (Layer& l : dsp_->blocks) {  // as a backbone layer of run_step (every row, no replay)
     Scratch ls(be_);
-    Tensor xn = act(ls, {R, D}), post = ls.f32({R, n}), comb = ls.f32({R, n, n});
+    Tensor xn = act(ls, {R, D}), post = ls.f32({R, n}), comb = ls.f32({R, n, n});  // [R, D], [R, n], [R, n, n]
     HcArgs ha{l.hc_attn.fn, l.hc_attn.base, l.hc_attn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
     be_.hc_pre(X, ha, pre_mix, l.attn_norm, a_pre, post, comb, xn);
     Shared none;  // window only: no selections
@@ -220,7 +220,7 @@ void V41Model::draft_dspark(const std::vector<DraftRequest>& in, std::vector<std
     be_.hc_post(f, X, post, comb, X2);
     std::swap(X, X2);
     HcArgs hf{l.hc_ffn.fn, l.hc_ffn.base, l.hc_ffn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
-    Tensor xf = act(ls, {R, D});
+    Tensor xf = act(ls, {R, D});  // [R, D] the ffn's input
     be_.hc_pre(X, hf, a_pre, l.ffn_norm, f_pre, post, comb, xf);
     f = moe(l, xf, no_ep, ls);
     be_.hc_post(f, X, post, comb, X2);
@@ -228,7 +228,7 @@ void V41Model::draft_dspark(const std::vector<DraftRequest>& in, std::vector<std
     std::swap(pre_mix, f_pre);
   }
   // Head: collapse with the last pre, position-major rows, the last stage's norm, the shared head.
-  Tensor x = act(s, {R, D}), xp = act(s, {R, D}), hn = act(s, {R, D});
+  Tensor x = act(s, {R, D}), xp = act(s, {R, D}), hn = act(s, {R, D});  // [R, D] each
   be_.hc_collapse(X, pre_mix, x);
   be_.embed(as_table(x), perm_t, xp);  // [B * S, D] row i * S + q: position i of request q
   be_.rms_norm(xp, dsp_->norm, cfg_.norm_eps, hn);
@@ -264,7 +264,7 @@ void V41Model::draft_dspark(const std::vector<DraftRequest>& in, std::vector<std
   if (!conf && !cut) return;
   // conf = proj[:, :D] . x + proj[:, D:] . me (f32) of the positions the Markov steps reached.
   const int64_t Rc = int64_t(steps) * S;
-  Tensor cx = s.f32({Rc, 1}), cm = s.f32({Rc, 1});
+  Tensor cx = s.f32({Rc, 1}), cm = s.f32({Rc, 1});  // [steps * S, 1] the two parts
   be_.linear(xp.rows(0, Rc), dsp_->conf_x, 0, cx);
   be_.linear(ME.rows(0, Rc), dsp_->conf_m, 0, cm);
   be_.add(cx, cm, cx);
