@@ -4,7 +4,8 @@
 #   V4.1 (deepseek_v41):            the DSpark stages `mtp.0..2` (model-spec §2.3, §4.7).
 # The backbone tensors are rewritten byte for byte (their codes are copied, never re-quantized),
 # so every reference logit of the fixture stays valid; config.json gets num_nextn_predict_layers
-# (and, for V4, the MTP block's compress_ratios entry 0). Names, dtypes and shapes follow the
+# (and, for V4, the MTP block's compress_ratios entry 0; for V4.1 the DSpark entries 0, the
+# drafter's expert count and dspark_target_layer_ids = the last 3 backbone layers). Names, dtypes and shapes follow the
 # loader's schema (src/model/schema_v4.cpp, schema_v41.cpp), which validates them on load.
 #
 # Usage: .venv/bin/python tools/add_drafter_weights.py tests/data/v4-tiny [--seed 27]
@@ -147,6 +148,10 @@ def main():
         # The tiny config said 128 DSpark experts (V4.1-Flash's count): 20 MB of experts in git.
         # The backbone's 8 keep every code path (top-3 of 8) at 1/16 of the bytes.
         t["dspark_n_routed_experts"] = min(t["dspark_n_routed_experts"], t["n_routed_experts"])
+        # The context comes from the entries of the last 3 backbone layers, as in V4.1-Flash
+        # ([37, 38, 39] of 40; the tiny config's own list [4, 6, 7] is replaced).
+        L = t["num_hidden_layers"]
+        t["dspark_target_layer_ids"] = [L - 3, L - 2, L - 1]
         v41_dspark(g, t, n_mtp)
     else:
         g = Gen(a.seed, cfg["quantization_config"]["weight_block_size"][0])

@@ -230,10 +230,15 @@ struct EngineOptions {
   LoadProgressFn on_load_progress;    // ModelOptions::on_progress of the model's load
   // Speculative decoding (runtime/drafter.h): "off"; "ngram" (prompt lookup: the tokens that
   // followed the latest earlier occurrence of the last 1..4 tokens, vLLM's [ngram]); "mtp" (V4's
-  // MTP layer) and "dspark" (V4.1's DSpark drafter) are not implemented yet (an error).
+  // MTP layer mtp.0); "dspark" (V4.1's DSpark drafter mtp.0..2, at most dspark_block_size tokens).
   // Greedy and seeded outputs are the same with and without it, token for token.
   std::string speculative = "off";
   int num_speculative_tokens = 3;     // most draft tokens per sequence and step (>= 1)
+  // dspark: cut each draft before the first position whose prefix survival estimate, the product
+  // of sigmoid(confidence logit) over the positions so far, is below this (0: never cut). The
+  // head is used uncalibrated (the DSpark paper's temperature scaling is not applied); any cut
+  // keeps the outputs, it only changes how many tokens are verified.
+  double dspark_min_survival = 0.0;
 };
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opts);  // throws dil::Error

@@ -91,6 +91,12 @@ struct AttnArgs {
   Tensor sink;       // [H] f32
   float scale = 0;
   int window = 128;
+  // Non-causal (V4.1's DSpark draft block, model-spec §4.7; window only, comp_ratio 0): every
+  // query of a chunk [start, start + len) attends to the ring rows of positions
+  // [max(0, start - W), start - 1] and to all len rows of its chunk (kv_new), its own later
+  // rows included. The chunk's rows are not part of the sequence: the caller does not write
+  // them into the ring.
+  bool non_causal = false;
   Tensor out;        // [T, H, d]
 };
 

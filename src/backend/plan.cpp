@@ -60,6 +60,7 @@ std::string OpSite::key() const {
   s << op << '|' << int(numerics) << '|' << int(act) << '|' << int(out) << '|' << wkind << '|' << block_out << 'x'
     << block_in << '|' << n << 'x' << k << '|' << act_block << '|' << groups << '|' << heads << 'x' << head_dim
     << '|' << ratio << '|' << topk << '|' << cand << '|' << cand_block << '|' << cand_topk;
+  if (non_causal) s << "|nc";  // appended only when set: every other key stays as it was
   return s.str();
 }
 
@@ -78,6 +79,7 @@ std::string OpSite::describe() const {
     if (op == "sparse_attention") {
       s << (ratio ? " ratio " + std::to_string(ratio) : std::string(" window"));
       if (ratio) s << (topk ? " top-" + std::to_string(topk) : std::string(" all rows"));
+      if (non_causal) s << " non-causal";
     } else {
       s << " top-" << topk;
       if (cand == 1) s << " cand-source " << cand_topk << "x" << cand_block;
@@ -113,9 +115,10 @@ OpSite grouped_linear_site(const Weight& w, int groups, DType x, DType out, Nume
   return s;
 }
 
-OpSite attention_site(int heads, int head_dim, int ratio, int topk, DType act, Numerics n) {
+OpSite attention_site(int heads, int head_dim, int ratio, int topk, DType act, Numerics n, bool non_causal) {
   OpSite s;
   s.op = "sparse_attention";
+  s.non_causal = non_causal ? 1 : 0;
   s.numerics = n;
   s.act = s.out = act;
   s.heads = heads;

@@ -58,6 +58,7 @@ struct OpSite {
   int heads = 0, head_dim = 0;
   int ratio = 0;  // compressed rows' ratio (0: window only)
   int topk = 0;   // attention: index list width (0: all rows); indexer: k
+  int non_causal = 0;  // attention: 1 = AttnArgs::non_causal (the DSpark draft block)
   int cand = 0;   // indexer: 0 V4, 1 candidate source (cand_out), 2 Reindex (cand_in)
   int cand_block = 0, cand_topk = 0;
   // The dispatch key: every field above but `where`.
@@ -68,7 +69,7 @@ struct OpSite {
 // Site builders, used by a model's enumeration and by the backends' ops alike.
 OpSite linear_site(const Weight& w, int act_block, DType x, DType out, Numerics n);
 OpSite grouped_linear_site(const Weight& w, int groups, DType x, DType out, Numerics n);
-OpSite attention_site(int heads, int head_dim, int ratio, int topk, DType act, Numerics n);
+OpSite attention_site(int heads, int head_dim, int ratio, int topk, DType act, Numerics n, bool non_causal = false);
 OpSite indexer_site(int heads, int head_dim, int topk, int cand, int cand_block, int cand_topk, DType act,
                     Numerics n);
 OpSite moe_experts_site(const Weight& w1, int act_block, DType x, DType out, Numerics n);

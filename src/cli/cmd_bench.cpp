@@ -2,7 +2,7 @@
 //
 //   bench prefill --config FILE [--context 131072] [--cached 126976] [--new-tokens 4096]
 //                 [--layers 1,3,4|all] [--device cuda] [--numerics fast] [--iters 3] [--json OUT]
-//   bench decode  --config FILE --batch B --context C [--speculative K [--speculative-method mtp]]
+//   bench decode  --config FILE --batch B --context C [--speculative K [--speculative-method mtp|dspark]]
 //                 [...same options]
 //   bench ceilings [--device cuda]
 //   prefill/decode also take --no-replay (V4.1: every layer on every row, the baseline of the
@@ -26,6 +26,11 @@
 // MTP drafter (dummy mtp.0): every timed step then includes the MTP block over its tokens (as
 // the engine runs it), and each d adds the draft itself (d chained MTP steps for every
 // sequence, Model::draft), timed alone and not extrapolated (one block at any depth).
+// --speculative-method dspark (V4.1, K <= dspark_block_size) loads the DSpark drafter (dummy
+// mtp.0..2): every timed step then includes its context rows (the stream means at the target
+// layers -- with a layer subset, at the next built layer --, main_proj and each block's ring
+// row, as the engine runs them), and each d adds the draft (one forward of the three blocks
+// over the 5-token draft block, d Markov steps), timed alone and not extrapolated.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -77,7 +82,7 @@ struct BenchDecodeOptions : BenchModelOptions {
   int64_t batch = 64;
   int64_t context = 32768;
   int speculative = 0;  // K > 0: also the verify step for 1..K drafted tokens
-  std::string speculative_method = "ngram";  // ngram: the verify step only; mtp: + the MTP drafter
+  std::string speculative_method = "ngram";  // ngram: the verify step only; mtp / dspark: + the model's drafter
 };
 struct BenchCeilingsOptions {
   std::string device = "cuda";
@@ -201,8 +206,11 @@ json report_verify(VerifyRuns& v, const ModelConfig& cfg, const Extrapolate& ext
               (long long)n_seqs, snap_ms, snap_full_ms);
   const bool drafts = !v.draft_ms.empty();
   if (drafts)
-    std::printf("MTP drafter: every step includes the MTP block over its tokens; +draft = d chained MTP steps "
-                "per sequence (timed alone, not extrapolated)\n");
+    std::printf(cfg.arch == Arch::V4
+                    ? "MTP drafter: every step includes the MTP block over its tokens; +draft = d chained MTP steps "
+                      "per sequence (timed alone, not extrapolated)\n"
+                    : "DSpark drafter: every step includes its context rows; +draft = the 3 blocks over the 5-token "
+                      "draft block + d Markov steps per sequence (timed alone, not extrapolated)\n");
   std::printf("%-3s %12s %14s %14s %12s", "d", "subset ms", "full ms", drafts ? "+snap+draft ms" : "+snapshot ms",
               "vs decode");
   const double lens[] = {1.5, 2.5, 3.5};
@@ -251,6 +259,9 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   opt.decoder_replay = !o.no_replay;
   opt.load_mtp = mtp;
   opt.plain_kv = o.plain_kv;
+  if (mtp && cfg.arch == Arch::V41 && spec_tokens > cfg.dspark_block_size)
+    DIL_FAIL("--speculative ", spec_tokens, ": DSpark drafts at most dspark_block_size = ", cfg.dspark_block_size,
+             " tokens");
   if (o.layers == "all") {
     for (int L = 0; L < cfg.n_layers; ++L) opt.layers.push_back(L);
   } else if (!o.layers.empty()) {
@@ -497,11 +508,13 @@ void add_bench(CLI::App& top, std::vector<Declared>* out) {
       ->check(CLI::Range(1, 16));
   dc->add_option("--speculative-method", d->speculative_method,
                  "ngram: the verify step only (a host drafter costs nothing on the device); mtp: with V4's MTP "
-                 "drafter (dummy mtp.0): its block in every step and the draft of d tokens")
-      ->check(CLI::IsMember({"ngram", "mtp"}));
+                 "drafter (dummy mtp.0): its block in every step and the draft of d tokens; dspark: with V4.1's "
+                 "DSpark drafter (dummy mtp.0..2): its context rows in every step and the draft")
+      ->check(CLI::IsMember({"ngram", "mtp", "dspark"}));
   out->push_back({dc, [d](const ProgramArgs& prog) {
                     return bench_model(*d, true, d->batch, d->context, 1, prog, d->speculative,
-                                       d->speculative > 0 && d->speculative_method == "mtp");
+                                       d->speculative > 0 &&
+                                           (d->speculative_method == "mtp" || d->speculative_method == "dspark"));
                   }});
 
   auto c = std::make_shared<BenchCeilingsOptions>();

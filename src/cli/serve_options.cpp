@@ -60,8 +60,13 @@ CLI::App* declare_serve(CLI::App& top, ServeOptions& o, const std::string& descr
                 "state slots beyond max-num-seqs for prefix-cache snapshots (idle slots hold them too)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--speculative", e.speculative,
-                "speculative decoding: off, ngram (prompt lookup), mtp (V4's MTP layer mtp.0); dspark is not implemented yet")
+                "speculative decoding: off, ngram (prompt lookup), mtp (V4's MTP layer mtp.0), dspark (V4.1's DSpark "
+                "drafter mtp.0..2, at most dspark_block_size = 5 tokens)")
       ->check(CLI::IsMember({"off", "ngram", "mtp", "dspark"}));
+  c->add_option("--dspark-min-survival", e.dspark_min_survival,
+                "dspark: cut a draft where the product of the confidence head's sigmoids falls below this "
+                "(uncalibrated; 0: never)")
+      ->check(CLI::Range(0.0, 1.0));
   c->add_option("--num-speculative-tokens", e.num_speculative_tokens,
                 "most draft tokens per sequence and step (they count in --max-num-batched-tokens)")
       ->check(CLI::PositiveNumber);

@@ -36,7 +36,9 @@ Tensor attention_output(Backend& be, StepProfiler* prof, const ModelConfig& cfg,
   {
     ProfileScope ps(prof, "attention core");
     be.sparse_attention(a, m);
-    be.ring_write(kv, a.ring, m, a.ring_pack);
+    // A non-causal chunk (the DSpark draft block) is not part of its sequence: the ring keeps
+    // the sequence's own rows.
+    if (!a.non_causal) be.ring_write(kv, a.ring, m, a.ring_pack);
   }
   ProfileScope ps(prof, "projections");
   be.rope(o, m.tok_pos, l.rope, true);  // de-rotate the output's rope dims at the query position

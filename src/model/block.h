@@ -32,7 +32,7 @@ struct BlockWeights {
 void bind_block_weights(WeightBinder& b, const std::string& p, const ExpertParallel& ep, BlockWeights* l);
 
 // Attention core over a (its out filled here; q, rows, sink, indices set by the caller), the
-// window ring write of `kv` [T, hd], then the output path: inverse RoPE at the query position,
+// window ring write of `kv` [T, hd] (none when a.non_causal), then the output path: inverse RoPE at the query position,
 // wo_a per group, wo_b. -> [T, D] in the activation dtype `act` (that of a.q).
 Tensor attention_output(Backend& be, StepProfiler* prof, const ModelConfig& cfg, const BlockWeights& l, AttnArgs& a,
                         const Tensor& kv, const StepMeta& m, int act_block, Scratch& s);

@@ -47,6 +47,8 @@ void V41Model::copy_cache(const std::vector<CacheCopy>& ops) {
         for (const Buffer* b : {&l.comp_rows, &l.idx_rows}) copy_cache_unit(be_, *b, units, op.src, op.dst);
       }
     }
+    if (slot && dsp_)  // the DSpark rings: the context rows of the sequence's positions
+      for (const Layer& l : dsp_->blocks) copy_cache_unit(be_, l.ring, units, op.src, op.dst);
     if (slot) {
       // The Engram look-back is host state: copied here, in program order with the forwards that
       // read and write it (they run on the host thread that issues the device work).

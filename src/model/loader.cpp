@@ -26,11 +26,15 @@ void plan_for(const ModelConfig& cfg, Backend& be, const ModelOptions& opt) {
 // ModelOptions::load_mtp needs a drafter this build runs and its weights.
 void check_drafter(const ModelConfig& cfg, bool has_weights, const ModelOptions& opt) {
   if (!opt.load_mtp) return;
-  if (cfg.arch != Arch::V4)
-    DIL_FAIL(cfg.model_type, ": the DSpark drafter (mtp.0..2, model-spec §4.7) is not implemented yet");
-  if (cfg.n_mtp < 1) DIL_FAIL(cfg.model_type, ": config.json has no MTP layer (num_nextn_predict_layers 0)");
-  if (!has_weights) DIL_FAIL("the checkpoint has no mtp.0 tensors (V4's MTP layer, model-spec §2.2)");
-  if (opt.comm && opt.comm->size() > 1) DIL_FAIL("the MTP drafter does not run with expert parallelism yet");
+  const bool v4 = cfg.arch == Arch::V4;
+  if (cfg.n_mtp < 1)
+    DIL_FAIL(cfg.model_type, ": config.json has no ", v4 ? "MTP layer" : "DSpark stages",
+             " (num_nextn_predict_layers 0)");
+  if (!has_weights)
+    DIL_FAIL("the checkpoint has no mtp.* tensors (",
+             v4 ? "V4's MTP layer, model-spec §2.2" : "V4.1's DSpark stages, model-spec §2.3", ")");
+  if (opt.comm && opt.comm->size() > 1)
+    DIL_FAIL("the ", v4 ? "MTP" : "DSpark", " drafter does not run with expert parallelism yet");
 }
 
 // The model of `cfg` over `st`, binding its weights under a load meter (progress reports).

@@ -69,6 +69,9 @@ struct DraftRequest {
   int32_t pos = 0;
   int32_t token = 0;
   int n = 1;  // draft tokens wanted (>= 1)
+  // DSpark only (V4's MTP ignores it): keep the drafts while the product of sigmoid(confidence
+  // logit) over their positions is >= this (0: all n).
+  double min_survival = 0.0;
 };
 
 struct StepBatch {

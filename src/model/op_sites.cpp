@@ -33,8 +33,12 @@ class SiteList {
   void grouped(const std::string& where, const std::string& name, int groups) {
     add(where, grouped_linear_site(w(name), groups, act_, act_, n_));
   }
-  void attention(const std::string& where, int ratio, int topk) {
-    add(where, attention_site(cfg_.n_heads, cfg_.head_dim, ratio, topk, act_, n_));
+  void attention(const std::string& where, int ratio, int topk, bool non_causal = false) {
+    add(where, attention_site(cfg_.n_heads, cfg_.head_dim, ratio, topk, act_, n_, non_causal));
+  }
+  // A linear over a weight of the given format (a view of a schema tensor).
+  void linear_w(const std::string& where, const Weight& w, int act_block, DType x, DType out) {
+    add(where, linear_site(w, act_block, x, out, n_));
   }
   void indexer(const std::string& where, int cand) {
     add(where, indexer_site(cfg_.index_heads, cfg_.index_head_dim, cfg_.index_topk, cand, cfg_.candidate_block_size,
@@ -137,8 +141,8 @@ std::vector<OpSite> v4_sites(const ModelConfig& cfg, Numerics n, const std::vect
   return s.take();
 }
 
-std::vector<OpSite> v41_sites(const ModelConfig& cfg, Numerics n, const std::vector<int>& layers) {
-  SiteList s(cfg, n);
+std::vector<OpSite> v41_sites(const ModelConfig& cfg, Numerics n, const std::vector<int>& layers, bool mtp) {
+  SiteList s(cfg, n, mtp);
   const DType act = s.act();
   const int ab = s.ab();
   s.simple("embed", "embed");
@@ -188,13 +192,44 @@ std::vector<OpSite> v41_sites(const ModelConfig& cfg, Numerics n, const std::vec
     s.block_common(kind, p, 0);
   }
   s.linear("head", "head", 0, act, DType::F32);
+  if (mtp) {
+    // DSpark (model/v41_dspark.cpp). Context rows in every forward: the stream means
+    // (hc_collapse), their interleaving (embed as a row gather), main_proj + main_norm, each
+    // block's wkv + kv_norm, RoPE, FP8 QDQ and ring write.
+    s.simple("DSpark context", "hc_collapse");
+    s.simple("DSpark context", "embed");
+    s.linear("DSpark main_proj", "mtp.0.main_proj", ab, act, act);
+    // The draft: embed + hc_expand, three window-only blocks with non-causal attention (each
+    // block's own MoE size), the head (collapse, position-major rows, norm, the shared head),
+    // the Markov head (embed, its head, add) and the confidence head's two column ranges.
+    s.simple("DSpark", "embed");
+    s.simple("DSpark", "hc_expand");
+    for (int st = 0; st < cfg.n_mtp; ++st) {
+      const std::string p = "mtp." + std::to_string(st) + ".";
+      s.linear("DSpark attn.wq_a", p + "attn.wq_a", ab, act, act);
+      s.linear("DSpark attn.wq_b", p + "attn.wq_b", ab, act, act);
+      s.linear("DSpark attn.wkv", p + "attn.wkv", ab, act, act);
+      s.attention("DSpark attention", 0, 0, true);
+      s.block_common("DSpark", p, 0);
+    }
+    const std::string last = "mtp." + std::to_string(cfg.n_mtp - 1) + ".";
+    s.simple("DSpark", "hc_collapse");
+    s.linear("DSpark head", "head", 0, act, DType::F32);
+    s.linear("DSpark markov_head", last + "markov_head.head", 0, act, DType::F32);
+    const int64_t D = cfg.dim, R = cfg.dspark_markov_rank;
+    s.linear_w("DSpark confidence_head", matrix_format("conf x", DType::BF16, {1, D}, cfg.weight_block), 0, act,
+               DType::F32);
+    s.linear_w("DSpark confidence_head", matrix_format("conf me", DType::BF16, {1, R}, cfg.weight_block), 0, act,
+               DType::F32);
+  }
   return s.take();
 }
 
 }  // namespace
 
 std::vector<OpSite> model_op_sites(const ModelConfig& cfg, Numerics n, const std::vector<int>& layers, bool mtp) {
-  return cfg.arch == Arch::V4 ? v4_sites(cfg, n, layers, mtp && cfg.n_mtp > 0) : v41_sites(cfg, n, layers);
+  return cfg.arch == Arch::V4 ? v4_sites(cfg, n, layers, mtp && cfg.n_mtp > 0)
+                              : v41_sites(cfg, n, layers, mtp && cfg.n_mtp > 0);
 }
 
 }  // namespace dil

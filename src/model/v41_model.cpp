@@ -36,6 +36,10 @@ V41Model::V41Model(ModelConfig cfg, std::unique_ptr<SafeTensors> st, Backend& be
     bind_layer(layers_[size_t(L)], L);
     layers_[size_t(L)].rope = tables[cfg_.ratio(L) > 0 ? 1 : 0];
   }
+  if (opt.load_mtp) {
+    bind_dspark();  // model/v41_dspark.cpp
+    for (Layer& l : dsp_->blocks) l.rope = tables[0];  // SWA only: theta 10000, no YaRN
+  }
   binder_.end_load();
 }
 
@@ -116,6 +120,8 @@ CacheSpec V41Model::cache_spec(int block_tokens) const {
     if (m > 1) cs.bytes_per_slot += 2 * m * hd * 4;
   }
   cs.bytes_per_slot += size_t(std::max(cfg_.engram_max_ngram - 1, 0)) * 4;
+  if (dsp_)  // the DSpark rings
+    cs.bytes_per_slot += dsp_->blocks.size() * W * kv_row_bytes(kv_.swa, int64_t(hd), act_);
   return cs;
 }
 
@@ -135,6 +141,8 @@ void V41Model::allocate_cache(int n_blocks, int n_slots, int block_tokens) {
       l.cstate_score = be_.alloc(size_t(n_slots) * m * hd * 4);
     }
   }
+  if (dsp_)
+    for (Layer& l : dsp_->blocks) l.ring = be_.alloc(size_t(n_slots) * W * kv_row_bytes(kv_.swa, int64_t(hd), act_));
   hist_.assign(size_t(n_slots), {});
   hist_next_.assign(size_t(n_slots), 0);
 }
@@ -207,6 +215,7 @@ Tensor V41Model::attention(Layer& l, const Tensor& x, const StepMeta& m, Shared&
   a.sink = l.sink;
   a.scale = float(1.0 / std::sqrt(double(hd)));
   a.window = cfg_.window;
+  a.non_causal = l.drafter;  // a DSpark draft block: its ring holds the context rows
   if (l.ratio > 0) {
     Layer& src = layers_[size_t(l.kv_src)];
     const int rpb = cache_.block_tokens / l.ratio;
@@ -257,7 +266,9 @@ Tensor V41Model::window_rows(Layer& l, const Tensor& x, const Tensor& pos, Scrat
 }
 
 Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, Scratch& s) {
-  const int64_t T = x.size(0), E = cfg_.n_routed, k = cfg_.topk;
+  const int64_t T = x.size(0), E = l.drafter ? cfg_.dspark_n_routed : cfg_.n_routed;
+  const int64_t k = l.drafter ? cfg_.dspark_topk : cfg_.topk;
+  const ExpertParallel& epx = l.drafter ? dsp_->ep : ep_;  // the drafter's experts are its own
   auto gate = std::make_unique<ProfileScope>(prof_, "moe gate");
   Tensor logits = s.f32({T, E});
   be_.linear(x, l.gate, 0, logits);
@@ -270,7 +281,7 @@ Tensor V41Model::moe(Layer& l, const Tensor& x, const ExpertParallel::Step& ep, 
   r.out_idx = s.i32({T, k});
   be_.moe_route(r);
   gate.reset();
-  Tensor routed = ep_.experts(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);  // [T, D] f32 routed sum
+  Tensor routed = epx.experts(be_, prof_, experts_args(l), x, r.out_w, r.out_idx, ep, s);  // [T, D] f32 routed sum
   ProfileScope ps(prof_, "moe shared");
   Tensor out = act(s, {T, cfg_.dim});  // bf16(routed + shared) in fast numerics, as the official MoE
   be_.add(routed, shared_expert(be_, x, l.sw1, l.sw2, l.sw3, act_block(), cfg_.swiglu_limit, s), out);
@@ -353,6 +364,18 @@ Tensor V41Model::forward_device(const StepBatch& batch) {
   return lg;
 }
 
+Tensor V41Model::one_hot_pre(int64_t T) {
+  const int64_t n = cfg_.hc_mult;
+  if (T > one_hot_rows_) {  // an upload: callers ask before their first kernel
+    one_hot_rows_ = std::max(T, 2 * one_hot_rows_);
+    std::vector<float> h(size_t(one_hot_rows_ * n), 0.0f);  // [rows, n]
+    for (int64_t t = 0; t < one_hot_rows_; ++t) h[size_t(t * n)] = 1.0f;
+    one_hot_ = be_.alloc(h.size() * 4);
+    be_.upload(Tensor(one_hot_.data(), DType::F32, {one_hot_rows_, n}, be_.device()), h.data());
+  }
+  return Tensor(one_hot_.data(), DType::F32, {T, n}, be_.device());
+}
+
 void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tensor* dev) {
   std::vector<float> none;  // forward_device: no host logits
   if (!logits) logits = &none;
@@ -383,13 +406,11 @@ void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tens
                    " continues at ", p0, " but its state ends at ", hist_next_[size_t(slot)]);
   }
 
-  if (T > one_hot_rows_) {  // before the step's first kernel (step.h: no upload mid-forward)
-    one_hot_rows_ = std::max(T, 2 * one_hot_rows_);
-    std::vector<float> h(size_t(one_hot_rows_ * n), 0.0f);  // [rows, n]
-    for (int64_t t = 0; t < one_hot_rows_; ++t) h[size_t(t * n)] = 1.0f;
-    one_hot_ = be_.alloc(h.size() * 4);
-    be_.upload(Tensor(one_hot_.data(), DType::F32, {one_hot_rows_, n}, be_.device()), h.data());
-  }
+  const Tensor one_hot = one_hot_pre(T);  // before the step's first kernel (step.h: no upload mid-forward)
+  DsparkStep ds;  // the drafter's context rows of this step (their layout uploaded now too)
+  if (dsp_) ds = plan_dspark(batch, m, step);
+  Tensor means;   // [targets, ds.rows, D] the stream means at the targets' entries
+  if (dsp_) means = act(step, {int64_t(dsp_->record.size()), std::max<int64_t>(ds.rows, 1), D});
 
   auto other = std::make_unique<ProfileScope>(prof_, "embed+head");
   Tensor e = act(step, {T, D});
@@ -401,7 +422,7 @@ void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tens
   // Single-pass mHC: each sublayer collapses with the previous sublayer's pre; the first
   // attention collapses stream 0 alone.
   Tensor pre_mix = step.f32({T, n}), a_pre = step.f32({T, n}), f_pre = step.f32({T, n});
-  be_.copy(pre_mix, Tensor(one_hot_.data(), DType::F32, {T, n}, be_.device()));
+  be_.copy(pre_mix, one_hot);
   const int64_t K = std::max(cfg_.index_topk, 1), CK = std::max(cfg_.candidate_topk_blocks, 1);
   Shared sh{step.i32({T, K}), step.i32({T, CK})}, sh2;  // sh2: gather targets, made when replay narrows
   bool sel_set = false, cand_set = false;  // written by an index / candidate source in this step
@@ -447,6 +468,7 @@ void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tens
       engram(l, batch, m, cur, X.rows(0, R), X2.rows(0, R), s);
       std::swap(X, X2);
     }
+    if (dsp_) dspark_record(l.index, X.rows(0, R), cur, ds, means, s);  // the block's input, after Engram
     auto mhc = std::make_unique<ProfileScope>(prof_, "mhc+norms");
     Tensor xn = act(s, {R, D}), post, comb;  // post [R, n], comb [R, n, n] f32 once R is final
     HcArgs ha{l.hc_attn.fn, l.hc_attn.base, l.hc_attn.scale, cfg_.hc_mult, cfg_.hc_iters, cfg_.norm_eps, cfg_.hc_eps};
@@ -513,6 +535,10 @@ void V41Model::run_step(const StepBatch& batch, std::vector<float>* logits, Tens
     std::swap(X, X2);
     std::swap(pre_mix, f_pre);
   }
+  if (dsp_) {
+    ProfileScope ps(prof_, "dspark context");
+    dspark_context(ds, means, step);
+  }
   // Engram look-back for the next step of each sequence.
   for (int sq = 0; sq < m.n_seqs; ++sq) {
     const int slot = m.h_slot[size_t(sq)], q0 = m.h_q_start[size_t(sq)], len = m.h_len[size_t(sq)];
@@ -550,8 +576,13 @@ namespace dil {
 // Random contents for every cache buffer of the active layers and a synthetic Engram look-back:
 // a long context synthesized for the benchmarks (any start position is then accepted).
 void V41Model::randomize_cache(uint64_t seed) {
-  for (Layer& l : layers_) {
-    if (!l.active) continue;
+  std::vector<Layer*> all;  // the active layers, then the DSpark blocks (their rings)
+  for (Layer& l : layers_)
+    if (l.active) all.push_back(&l);
+  if (dsp_)
+    for (Layer& l : dsp_->blocks) all.push_back(&l);
+  for (Layer* lp : all) {
+    Layer& l = *lp;
     const std::pair<Buffer*, const kvpack::RowShape*> caches[] = {
         {&l.ring, &kv_.swa}, {&l.comp_rows, &kv_.global}, {&l.idx_rows, &kv_.index}};
     for (auto [b, pack] : caches) {

@@ -39,6 +39,17 @@ class V41Model : public Model {
   // Rows each backbone layer ran attention + MoE on in the last forward, [n_layers] (0: not
   // active or no step yet): the replay's instrumentation for tests and benchmarks.
   const std::vector<int64_t>& layer_rows() const { return layer_rows_; }
+  // V4.1's DSpark drafter (model/v41_dspark.cpp, model-spec §4.7), with ModelOptions::load_mtp.
+  bool has_drafter() const override { return dsp_ != nullptr; }
+  void draft(const std::vector<DraftRequest>& in, std::vector<std::vector<int32_t>>* out,
+             std::vector<float>* logits = nullptr) override {
+    draft_dspark(in, out, logits, nullptr);
+  }
+  // The same, with (tests) the draft logits after the Markov bias, [k, in.size(), vocab] f32
+  // (k = the largest r.n, position-major as Model::draft), and the confidence head's logits
+  // conf [in.size(), dspark_block_size] f32 (before any sigmoid / calibration).
+  void draft_dspark(const std::vector<DraftRequest>& in, std::vector<std::vector<int32_t>>* out,
+                    std::vector<float>* logits, std::vector<float>* conf);
 
  private:
   struct Engram {
@@ -59,10 +70,36 @@ class V41Model : public Model {
     Tensor gate_bias, gate_bias_vl;
     Engram engram;
     bool has_engram = false;
+    // A DSpark block (mtp.s): non-causal attention over its ring of context rows and the draft
+    // block, MoE of dspark_n_routed experts top dspark_topk.
+    bool drafter = false;
     // cache: every layer's SWA ring; kv sources: compressed rows, indexer keys, ratio-2 state
     Buffer ring, comp_rows, idx_rows, cstate_kv, cstate_score;
   };
   struct Cache { int n_blocks = 0, n_slots = 0, block_tokens = 0; };
+  // The DSpark drafter `mtp.0..2` (model-spec §2.3, §4.7) and where its context comes from.
+  struct Dspark {
+    explicit Dspark(int n_routed) : ep(nullptr, n_routed) {}
+    // Layer.ring [n_slots, W, hd]: the context rows of the sequence's positions (slot state).
+    std::vector<Layer> blocks;
+    Weight main_proj;             // mtp.0 [D, targets * D]
+    Tensor main_norm, norm;       // mtp.0.main_norm, mtp.2.norm [D]
+    Weight markov_embed, markov_head;  // [V, R] each
+    Weight conf_x, conf_m;        // confidence_head.proj [1, D + R] as its columns [0, D), [D, D + R)
+    // Per target layer: the active backbone layer at whose entry its stream mean is taken (the
+    // target itself; a benchmark's layer subset without it: the next active layer, else the
+    // last), in the order of dspark_target_layer_ids.
+    std::vector<int> record;
+    ExpertParallel ep;            // the drafter's experts, single rank (loader.cpp check_drafter)
+  };
+  // The context rows a step writes (the trailing min(n, W) rows of every chunk): planned with
+  // the step, before its first kernel.
+  struct DsparkStep {
+    RowSpans spans;   // [n_seqs] per chunk
+    StepMeta meta;    // those rows as a step
+    Tensor perm;      // [targets * R] i32 gather rows: (row r, target k) <- k * R + r
+    int64_t rows = 0;
+  };
   // Per-step selections shared down a group (model-spec §4.3): the latest index source's
   // top-k rows and the candidate source's blocks.
   struct Shared { Tensor sel, cand; };
@@ -79,6 +116,16 @@ class V41Model : public Model {
   // Engram over the rows `rows` of the step `m` (X, out: [those rows, n, D]).
   void engram(Layer& l, const StepBatch& batch, const StepMeta& m, const RowSpans& rows, const Tensor& X,
               Tensor out, Scratch& s);
+  // [T, hc_mult] f32 rows (1, 0, .., 0) on the device (one_hot_, grown by an upload when needed).
+  Tensor one_hot_pre(int64_t T);
+  // DSpark (model/v41_dspark.cpp).
+  void bind_dspark();
+  DsparkStep plan_dspark(const StepBatch& batch, const StepMeta& m, Scratch& step);
+  // At the entry of backbone layer L (X [cur rows, n, D], laid out by `cur`): the stream mean of
+  // the context rows into means [targets, ds.rows, D] for every target recorded at L.
+  void dspark_record(int L, const Tensor& X, const RowSpans& cur, const DsparkStep& ds, Tensor means, Scratch& s);
+  // After the backbone: main_x of the context rows and their ring rows in every block.
+  void dspark_context(const DsparkStep& ds, const Tensor& means, Scratch& s);
   int act_block() const { return quantizes(numerics_) ? cfg_.act_block : 0; }
   Tensor act(Scratch& s, std::initializer_list<int64_t> dims) const { return s.make(act_, dims); }
 
@@ -109,6 +156,7 @@ class V41Model : public Model {
   Buffer one_hot_;
   int64_t one_hot_rows_ = 0;
   static constexpr int32_t kSynthetic = -1;  // randomize_cache: any continuation position
+  std::unique_ptr<Dspark> dsp_;  // null unless ModelOptions::load_mtp
 };
 
 }  // namespace dil

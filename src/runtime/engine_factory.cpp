@@ -12,6 +12,10 @@ namespace runtime {
 std::unique_ptr<Drafter> make_drafter(const EngineOptions& opts, const ModelConfig& cfg) {
   const std::string& m = opts.speculative;
   if (m == "off") return nullptr;
+  if (!(opts.dspark_min_survival >= 0.0 && opts.dspark_min_survival <= 1.0))
+    DIL_FAIL("dspark_min_survival must be in [0, 1], got ", opts.dspark_min_survival);
+  if (opts.dspark_min_survival > 0.0 && m != "dspark")
+    DIL_FAIL("dspark_min_survival is DSpark's confidence cut: it needs speculative 'dspark', not '", m, "'");
   if (opts.num_speculative_tokens < 1)
     DIL_FAIL("num_speculative_tokens must be >= 1 with speculative decoding, got ", opts.num_speculative_tokens);
   if (m == "ngram") return std::make_unique<NgramDrafter>(opts.num_speculative_tokens);
@@ -22,9 +26,15 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& opts, const ModelConf
                cfg.arch == Arch::V4 ? "num_nextn_predict_layers 0" : "DSpark stages instead (--speculative dspark)");
     return nullptr;
   }
-  if (m == "dspark")
-    DIL_FAIL("speculative 'dspark': V4.1's DSpark drafter (mtp.0..2) is not implemented yet (", cfg.model_type,
-             "); use 'mtp' (V4), 'ngram' or 'off'");
+  if (m == "dspark") {
+    if (cfg.arch != Arch::V41 || cfg.n_mtp < 1)
+      DIL_FAIL("speculative 'dspark' needs V4.1's DSpark stages (mtp.0..2); ", cfg.model_type, " has ",
+               cfg.arch == Arch::V41 ? "num_nextn_predict_layers 0" : "an MTP layer instead (--speculative mtp)");
+    if (opts.num_speculative_tokens > cfg.dspark_block_size)
+      DIL_FAIL("speculative 'dspark' drafts at most dspark_block_size = ", cfg.dspark_block_size,
+               " tokens per step; --num-speculative-tokens is ", opts.num_speculative_tokens);
+    return nullptr;
+  }
   DIL_FAIL("unknown speculative method '", m, "' (off, ngram, mtp, dspark)");
 }
 
@@ -38,10 +48,11 @@ std::unique_ptr<Engine> build(const EngineOptions& opts, std::unique_ptr<Drafter
   ModelOptions mo;
   mo.numerics = parse_numerics(opts.numerics);
   // The drafter weights (mtp.*) are bound only when the drafter that runs them is asked for.
-  mo.load_mtp = from_opts && opts.speculative == "mtp";
+  mo.load_mtp = from_opts && (opts.speculative == "mtp" || opts.speculative == "dspark");
   mo.on_progress = opts.on_load_progress;
   auto model = load_model(opts.model_dir, *backend, mo);
-  if (mo.load_mtp) drafter = std::make_unique<ModelDrafter>(*model, opts.num_speculative_tokens);
+  if (mo.load_mtp)
+    drafter = std::make_unique<ModelDrafter>(*model, opts.num_speculative_tokens, opts.dspark_min_survival);
   return make_engine_with_model(opts, std::move(model), std::move(backend), nullptr, nullptr, std::move(drafter));
 }
 

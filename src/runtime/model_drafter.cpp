@@ -10,7 +10,7 @@ void ModelDrafter::propose(std::span<const DraftInput> in, std::vector<std::vect
   for (const DraftInput& d : in) {
     DIL_CHECK(d.slot >= 0 && d.tokens.size() >= 2 && d.max_tokens >= 1, "draft input: slot ", d.slot, ", ",
               d.tokens.size(), " tokens");
-    req.push_back({d.slot, int32_t(d.tokens.size()) - 2, d.tokens.back(), d.max_tokens});
+    req.push_back({d.slot, int32_t(d.tokens.size()) - 2, d.tokens.back(), d.max_tokens, min_survival_});
   }
   model_.draft(req, out);
 }

@@ -157,7 +157,7 @@ void InterposingBackend::sparse_attention(const AttnArgs& a0, const StepMeta& m)
   c.op = "sparse_attention";
   const int K = a.comp_idx.empty() ? 0 : int(a.comp_idx.size(1));
   c.site = attention_site(int(a.q.size(1)), int(a.q.size(2)), a.comp.empty() ? 0 : a.comp_ratio, K, a.q.dtype,
-                          in_.numerics());
+                          in_.numerics(), a.non_causal);
   c.rows = a.q.size(0);
   c.args = {{"q", &a.q, Role::In},
             {"kv_new", &a.kv_new, Role::In, false, true},

@@ -17,6 +17,7 @@ struct AttnCase {
   int ratio;              // 0: SWA only
   bool with_idx;          // indexer picks (K = 512) instead of all visible rows
   int64_t n_blocks;       // physical compressed blocks
+  bool non_causal = false;  // AttnArgs::non_causal (the DSpark draft block; ratio 0)
 };
 
 class CudaAttention : public CudaParity {
@@ -72,6 +73,7 @@ class CudaAttention : public CudaParity {
     ha.sink = view(sink, {kH});
     ha.scale = 1.0f / std::sqrt(float(kD));
     ha.window = int(kW);
+    ha.non_causal = c.non_causal;
     gpu->set_numerics(split_bf16 ? Numerics::Official : Numerics::Reference);  // the plan picks the path
     std::vector<float> ref(q.size());
     ha.out = view(ref, {T, kH, kD});
@@ -116,6 +118,15 @@ TEST_F(CudaAttention, TensorCoresAllKinds) {
   run({"hca m128 all rows T=18 (17@300,1@1M)", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 212, true);
   run({"swa T=20 (17@0,3@126)", {{0, 17, 0, {}}, {126, 3, 2, {}}}, 0, false, 0}, 222, true);
   run({"v41 m2 K512 T=18 (17@2040,1@129)", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 232, true);
+}
+
+TEST_F(CudaAttention, NonCausalDraftBlocks) {
+  // DSpark's draft blocks (5 tokens seeing the W ring rows before the chunk and all 5 of its
+  // own): right after position 0, with a partly filled ring, with the ring wrapped; both paths.
+  const AttnCase c{"non-causal T=15 (5@1,5@100,5@300)", {{1, 5, 0, {}}, {100, 5, 1, {}}, {300, 5, 2, {}}}, 0, false, 0,
+                   true};
+  run(c, 241);
+  run(c, 242, true);
 }
 
 // Fast numerics (bf16 q, rows and out): tests/cuda/test_attention_fast.cpp.

@@ -65,6 +65,7 @@ struct AttnCase {
   int ratio;                  // 0: SWA only
   bool with_idx;              // indexer picks (K = 512) instead of all visible rows
   int64_t n_blocks;           // physical compressed blocks
+  bool non_causal = false;    // AttnArgs::non_causal (the DSpark draft block; ratio 0)
 };
 
 struct FastAttn {
@@ -82,6 +83,7 @@ struct FastStep {
   int ratio = 0, rpb = 0;
   int64_t K = 0;  // 0: all visible compressed rows
   float scale = 0;
+  bool non_causal = false;
   std::vector<uint16_t> q, kv, ring, comp;  // [T,H,D], [T,D], [n_slots,W,D], [n_blocks,rpb,D]
   std::vector<float> sink;                   // [H]
   std::vector<int32_t> idx;                  // [T,K]
@@ -99,6 +101,7 @@ struct FastStep {
     a.sink = view(sink, {H});
     a.scale = scale;
     a.window = int(kW);
+    a.non_causal = non_causal;
     return a;
   }
 };
@@ -131,6 +134,7 @@ class CudaAttentionFast : public CudaParity {
     st.H = f.H;
     st.D = f.D;
     st.ratio = c.ratio;
+    st.non_causal = c.non_causal;
     st.rpb = c.ratio ? int(128 / c.ratio) : 0;
     int base = 0;
     for (auto& sq : c.seqs) {
@@ -215,7 +219,9 @@ class CudaAttentionFast : public CudaParity {
       const int sq = m.h_tok_seq[t], p = m.h_tok_pos[t];
       const int start = m.h_start_pos[sq], q0 = m.h_q_start[sq], slot = m.h_slot[sq];
       rows.clear();  // as CpuBackend::sparse_attention: window rows, then the visible compressed rows
-      for (int j = std::max<int>(0, p - int(kW) + 1); j <= p; ++j)
+      const int lo = st.non_causal ? std::max<int>(0, start - int(kW)) : std::max<int>(0, p - int(kW) + 1);
+      const int hi = st.non_causal ? start + m.h_len[sq] - 1 : p;
+      for (int j = lo; j <= hi; ++j)
         rows.push_back(j >= start ? kvw.data() + int64_t(q0 + j - start) * D
                                   : ringw.data() + (int64_t(slot) * kW + j % kW) * D);
       int n_cand = int(rows.size());
@@ -481,6 +487,12 @@ TEST_F(CudaAttentionFast, TensorCoresAllKinds) {
   run({"swa T=20 (17@0,3@126)", {{0, 17, 0, {}}, {126, 3, 2, {}}}, 0, false, 0}, 263);
   run({"v41 m2 K512 T=18 (17@2040,1@129)", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 264);
   run({"T=1 decode csa m4 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 265);
+}
+
+TEST_F(CudaAttentionFast, NonCausalDraftBlocks) {
+  // DSpark's draft blocks: one alone (decode-sized: the split path), three together.
+  run({"non-causal T=5 (5@300)", {{300, 5, 0, {}}}, 0, false, 0, true}, 281);
+  run({"non-causal T=15 (5@1,5@100,5@300)", {{1, 5, 0, {}}, {100, 5, 1, {}}, {300, 5, 2, {}}}, 0, false, 0, true}, 282);
 }
 
 TEST_F(CudaAttentionFast, PeakySoftmaxAndV41Heads) {

@@ -39,3 +39,23 @@ ck.write_st(path, t, meta)
 PY
 # The MTP's float64 numpy reference at position 0 (tests/data/mtp_reference.py), for v4-tiny.
 "$py" "$src/tests/data/mtp_reference.py" "$out/v4-tiny" "$src/tools/train_tiny"
+# v41-tiny-ezero: v41-tiny with mtp.0..2 and every Engram wkv all zeros (FP8 code 0 = +0), so that
+# Engram adds exactly 0 to the streams and a numpy backbone needs no Engram hashing; the DSpark's
+# float64 numpy reference after position 0 (tests/data/dspark_reference.py) is made for it.
+rm -rf "$out/v41-tiny-ezero"
+cp -r "$out/v41-tiny" "$out/v41-tiny-ezero"
+"$py" - "$src/tools/train_tiny" "$out/v41-tiny-ezero/model.safetensors" <<'PY'
+import json, struct, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import checkpoint as ck
+path = sys.argv[2]
+with open(path, "rb") as f:
+    meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0])).get("__metadata__")
+t = ck.read_st(path)
+for k in [k for k in t if k.endswith(".engram.wkv.weight")]:
+    dt, w = t[k]
+    t[k] = (dt, np.zeros_like(w))
+ck.write_st(path, t, meta)
+PY
+"$py" "$src/tests/data/dspark_reference.py" "$out/v41-tiny-ezero" "$src/tools/train_tiny"

@@ -245,3 +245,27 @@ TEST(KernelPlan, RegistryMarkdownListsEveryImplementation) {
   for (const KernelImpl& k : kernel_registry(BackendKind::CUDA))
     EXPECT_NE(md.find("`" + k.name + "`"), std::string::npos) << k.op << " " << k.name;
 }
+
+TEST(KernelPlan, V41DsparkSitesOnCuda) {
+  // With the DSpark drafter (load_mtp) V4.1-Flash's plan resolves on CUDA in both quantizing
+  // modes; the draft block's non-causal attention is a site of its own (its key differs from the
+  // window-only layers'), run by the same kernels as the backbone's (the mask is a flag).
+  const ModelConfig cfg = load_model_config(kV41);
+  for (Numerics n : {Numerics::Official, Numerics::Fast}) {
+    SCOPED_TRACE(numerics_name(n));
+    const KernelPlan p = resolve_plan(kernel_registry(BackendKind::CUDA), "cuda", model_op_sites(cfg, n, {}, true), n, {});
+    int non_causal = 0;
+    for (const PlanEntry& e : p.entries())
+      if (e.site.op == "sparse_attention" && e.site.non_causal) {
+        ++non_causal;
+        EXPECT_NE(e.site.where.find("DSpark attention"), std::string::npos) << e.site.where;
+        EXPECT_EQ(e.impls[0]->name, n == Numerics::Fast ? "flash_bf16" : "mma_split_bf16");
+      }
+    EXPECT_EQ(non_causal, 1);
+    EXPECT_FALSE(impls(p, "linear", "DSpark confidence_head").empty());
+    EXPECT_FALSE(impls(p, "linear", "DSpark markov_head").empty());
+    // Without the drafter no such site.
+    const KernelPlan q = resolve_plan(kernel_registry(BackendKind::CUDA), "cuda", model_op_sites(cfg, n), n, {});
+    for (const PlanEntry& e : q.entries()) EXPECT_FALSE(e.site.non_causal) << e.site.where;
+  }
+}

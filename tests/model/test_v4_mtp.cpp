@@ -267,5 +267,8 @@ TEST(V4Mtp, LoadNeedsTheWeights) {
   o.load_mtp = true;
   // The committed fixture has no mtp.* tensors (and says num_nextn_predict_layers 0).
   EXPECT_THROW(load_model(std::string(DIL_SOURCE_DIR) + "/tests/data/v4-tiny", *be, o), Error);
-  EXPECT_THROW(load_model(drafter_data() + "/v41-tiny", *be, o), Error);  // DSpark: not yet
+  EXPECT_THROW(load_model(std::string(DIL_SOURCE_DIR) + "/tests/data/v41-tiny", *be, o), Error);
+  // With the weights: V4's MTP block, V4.1's DSpark stages (tests/model/test_v41_dspark.cpp).
+  EXPECT_TRUE(load_model(kDir, *be, o)->has_drafter());
+  EXPECT_TRUE(load_model(drafter_data() + "/v41-tiny", *be, o)->has_drafter());
 }

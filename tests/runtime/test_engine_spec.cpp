@@ -385,26 +385,26 @@ TEST(SpecDecode, SampledTokenFollowsTheTargetDistribution) {
   EXPECT_LT(chi2, crit);
 }
 
-// V4's MTP drafter (--speculative mtp) on v4-tiny with random mtp.0 weights (the drafter fixture
-// made at test set-up): the outputs of the non-speculative engine on the same checkpoint, for 16
-// requests at once (greedy and seeded sampling, penalties, logprobs), each request alone, and
-// under KV pressure with preemption and a 24-token budget. The drafter's own correctness is
-// tests/model/test_v4_mtp.cpp; its acceptance on random weights is printed (expected near 0:
-// an untrained MTP head guesses).
-TEST(SpecDecode, MtpSameOutputs) {
-  EngineOptions o = options("v4-tiny");
-  o.model_dir = drafter_data("v4-tiny");
+// The model's own drafters on the drafter fixtures (random mtp.* weights, made at test set-up):
+// V4's MTP (--speculative mtp, v4-tiny, k = 3) and V4.1's DSpark (--speculative dspark,
+// v41-tiny, k = 5: the whole draft block). The outputs of the non-speculative engine on the same
+// checkpoint, for 16 requests at once (greedy and seeded sampling, penalties, logprobs), each
+// request alone, and under KV pressure with preemption and a 24-token budget. The drafters' own
+// correctness is tests/model/test_v4_mtp.cpp and test_v41_dspark.cpp; their acceptance on random
+// weights is printed (expected near 0: an untrained head guesses).
+void model_drafter_same_outputs(const std::string& fixture, const std::string& method, int k) {
+  EngineOptions o = options(fixture);
+  o.model_dir = drafter_data(fixture);
   const auto reqs = spec_requests();
   const auto want = run_together(*make_engine(o), reqs);
-  for (int k : {3}) {  // (a chain of 1: tests/model/test_v4_mtp.cpp)
-    SCOPED_TRACE(k);
+  {
     EngineOptions so = o;
-    so.speculative = "mtp";
+    so.speculative = method;
     so.num_speculative_tokens = k;
     auto e = make_engine(so);
     expect_same(run_together(*e, reqs), want);
     const EngineStats s = e->stats();
-    print_stats("mtp k=3", s);
+    print_stats((method + " k=" + std::to_string(k)).c_str(), s);
     EXPECT_GT(s.spec_decode_num_drafts, 0);
     // Up to k per verify (fewer near max_tokens).
     EXPECT_LE(s.spec_decode_num_draft_tokens, s.spec_decode_num_drafts * k);
@@ -412,7 +412,7 @@ TEST(SpecDecode, MtpSameOutputs) {
     expect_pool_empty(*e);
   }
   EngineOptions so = o;
-  so.speculative = "mtp";
+  so.speculative = method;
   so.num_speculative_tokens = 2;
   {
     const std::vector<GenRequest> few(reqs.begin(), reqs.begin() + 4);
@@ -425,18 +425,19 @@ TEST(SpecDecode, MtpSameOutputs) {
   so.max_num_batched_tokens = 24;
   auto e = make_engine(so);
   expect_same(run_together(*e, reqs), want);
-  print_stats("mtp pressure", e->stats());
+  print_stats((method + " pressure").c_str(), e->stats());
   EXPECT_GE(e->stats().preemptions, 1);
   EXPECT_GT(e->stats().spec_decode_num_drafts, 0);
   expect_pool_empty(*e);
 }
 
-TEST(SpecDecode, MtpWithPrefixCacheHits) {
-  // Requests sharing a 260-token prefix, one after another: the later ones start from the cached
-  // prefix's snapshot, whose slot carries the MTP's ring and the streams of the prefix's last
-  // position (the MTP's next pair reads them). The outputs are those without speculation.
-  EngineOptions o = options("v4-tiny");
-  o.model_dir = drafter_data("v4-tiny");
+// Requests sharing a 260-token prefix, one after another: the later ones start from the cached
+// prefix's snapshot, whose slot carries the drafter's state (MTP: its ring and the streams of
+// the prefix's last position; DSpark: its context rings). The outputs are those without
+// speculation.
+void model_drafter_prefix_cache(const std::string& fixture, const std::string& method) {
+  EngineOptions o = options(fixture);
+  o.model_dir = drafter_data(fixture);
   o.max_model_len = 320;
   std::vector<GenRequest> reqs;
   for (int i = 0; i < 3; ++i) {
@@ -451,7 +452,7 @@ TEST(SpecDecode, MtpWithPrefixCacheHits) {
     reqs.push_back(r);
   }
   const auto want = run_alone(*make_engine(o), reqs);
-  o.speculative = "mtp";
+  o.speculative = method;
   o.num_speculative_tokens = 3;
   auto e = make_engine(o);
   expect_same(run_alone(*e, reqs), want);
@@ -459,11 +460,11 @@ TEST(SpecDecode, MtpWithPrefixCacheHits) {
   EXPECT_GT(e->stats().spec_decode_num_drafts, 0);
 }
 
-TEST(SpecDecode, MtpSeededRunsRepeat) {
-  // Seeded sampling with the MTP drafter: the same request twice gives the same tokens.
-  EngineOptions o = options("v4-tiny");
-  o.model_dir = drafter_data("v4-tiny");
-  o.speculative = "mtp";
+// Seeded sampling with the model's drafter: the same requests twice give the same tokens.
+void model_drafter_seeded_repeat(const std::string& fixture, const std::string& method) {
+  EngineOptions o = options(fixture);
+  o.model_dir = drafter_data(fixture);
+  o.speculative = method;
   o.num_speculative_tokens = 3;
   auto reqs = spec_requests();
   reqs.resize(6);
@@ -476,6 +477,37 @@ TEST(SpecDecode, MtpSeededRunsRepeat) {
   expect_same(a, b);
 }
 
+TEST(SpecDecode, DsparkConfidenceCut) {
+  // --dspark-min-survival: drafts cut by the confidence head. The outputs are still those without
+  // speculation; fewer tokens per draft are verified than without the cut (the random head's
+  // confidences are whatever they are: the model test V41Dspark.ConfidenceCut checks the rule).
+  EngineOptions o = options("v41-tiny");
+  o.model_dir = drafter_data("v41-tiny");
+  auto reqs = spec_requests();
+  reqs.resize(6);
+  const auto want = run_together(*make_engine(o), reqs);
+  o.speculative = "dspark";
+  o.num_speculative_tokens = 5;
+  auto whole = make_engine(o);
+  expect_same(run_together(*whole, reqs), want);
+  o.dspark_min_survival = 0.02;
+  auto e = make_engine(o);
+  expect_same(run_together(*e, reqs), want);
+  const EngineStats s = e->stats(), w = whole->stats();
+  print_stats("dspark whole", w);
+  print_stats("dspark cut 0.02", s);
+  EXPECT_GT(s.spec_decode_num_draft_tokens, 0);
+  EXPECT_LT(double(s.spec_decode_num_draft_tokens) / double(s.spec_decode_num_drafts),
+            double(w.spec_decode_num_draft_tokens) / double(w.spec_decode_num_drafts));
+}
+
+TEST(SpecDecode, MtpSameOutputs) { model_drafter_same_outputs("v4-tiny", "mtp", 3); }
+TEST(SpecDecode, MtpWithPrefixCacheHits) { model_drafter_prefix_cache("v4-tiny", "mtp"); }
+TEST(SpecDecode, MtpSeededRunsRepeat) { model_drafter_seeded_repeat("v4-tiny", "mtp"); }
+TEST(SpecDecode, DsparkSameOutputs) { model_drafter_same_outputs("v41-tiny", "dspark", 5); }
+TEST(SpecDecode, DsparkWithPrefixCacheHits) { model_drafter_prefix_cache("v41-tiny", "dspark"); }
+TEST(SpecDecode, DsparkSeededRunsRepeat) { model_drafter_seeded_repeat("v41-tiny", "dspark"); }
+
 TEST(SpecDecode, OptionsAreChecked) {
   EngineOptions o = options("v4-tiny");
   o.speculative = "eagle";
@@ -483,13 +515,27 @@ TEST(SpecDecode, OptionsAreChecked) {
   o.speculative = "ngram";
   o.num_speculative_tokens = 0;
   EXPECT_THROW(make_engine(o), Error);
-  // mtp on a checkpoint without mtp.0, on V4.1 (DSpark stages); dspark is not implemented.
+  // mtp on a checkpoint without mtp.0, on V4.1 (DSpark stages); dspark on V4 (an MTP layer),
+  // on V4.1 without DSpark stages, and for more tokens than its draft block.
   o.speculative = "mtp";
   o.num_speculative_tokens = 2;
   EXPECT_THROW(make_engine(o), Error);
   o.model_dir = drafter_data("v41-tiny");
   EXPECT_THROW(make_engine(o), Error);
   o.speculative = "dspark";
+  o.model_dir = drafter_data("v4-tiny");
+  EXPECT_THROW(make_engine(o), Error);
+  o.model_dir = std::string(DIL_SOURCE_DIR) + "/tests/data/v41-tiny";
+  EXPECT_THROW(make_engine(o), Error);
+  o.model_dir = drafter_data("v41-tiny");
+  o.num_speculative_tokens = 6;
+  EXPECT_THROW(make_engine(o), Error);
+  // The confidence cut: in [0, 1], with dspark only.
+  o.num_speculative_tokens = 3;
+  o.dspark_min_survival = 1.5;
+  EXPECT_THROW(make_engine(o), Error);
+  o.dspark_min_survival = 0.5;
+  o.speculative = "ngram";
   EXPECT_THROW(make_engine(o), Error);
 }
 

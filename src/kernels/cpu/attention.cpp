@@ -16,6 +16,9 @@ namespace dil {
 //  - if comp_ratio m > 0, compressed rows r < (p+1)/m: all of them ascending when comp_idx is
 //    empty, else comp_idx[t, :] in its order, skipping -1 and r >= (p+1)/m; row r lives at
 //    comp[block_table[s, r / rows_per_block], r % rows_per_block].
+// non_causal (window only): every token of the chunk attends to ring positions
+//  [max(0, start_pos[s] - W), start_pos[s] - 1], ascending, then to the chunk's len rows of
+//  kv_new, ascending (the DSpark draft block, model-spec §4.7).
 // Per head h, in double: s_j = (q[t,h] . k_j) * scale; mx = max_j s_j;
 //   out[t,h] = sum_j e^(s_j-mx) k_j / (sum_j e^(s_j-mx) + e^(sink_h - mx)), rounded once to f32.
 // Values are the keys (one shared d-wide row). q, kv_new, ring, comp and out: f32|bf16 (bf16
@@ -46,7 +49,8 @@ void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
     cpu::check_i32(a.comp_idx, "attention comp_idx");
     DIL_CHECK(a.comp_idx.size(0) == T, "attention: comp_idx ", a.comp_idx.shape_str());
   }
-  impl_for(attention_site(int(H), int(d), ratio, int(K), a.q.dtype, numerics()), T);  // the site is planned
+  DIL_CHECK(!a.non_causal || ratio == 0, "attention: non-causal attention has no compressed rows (ratio ", ratio, ")");
+  impl_for(attention_site(int(H), int(d), ratio, int(K), a.q.dtype, numerics(), a.non_causal), T);  // planned?
   const float* psink = a.sink.ptr<float>();
   std::vector<const float*> keys;  // [n_keys] pointers to d-wide f32 rows
   std::vector<float> wide;         // [W + n_comp, d] widened bf16 rows of one token
@@ -62,7 +66,11 @@ void CpuBackend::sparse_attention(const AttnArgs& a, const StepMeta& m) {
     const int start = m.h_start_pos[s], q0 = m.h_q_start[s], slot = m.h_slot[s];
     keys.clear();
     rows.clear();  // the token's rows first; widened below, once their count is known
-    for (int j = std::max<int>(0, p - int(W) + 1); j <= p; ++j) {
+    // Window positions [lo, hi]: causal the W up to the token's own; non-causal the W before the
+    // chunk and the whole chunk.
+    const int lo = a.non_causal ? std::max<int>(0, start - int(W)) : std::max<int>(0, p - int(W) + 1);
+    const int hi = a.non_causal ? start + m.h_len[s] - 1 : p;
+    for (int j = lo; j <= hi; ++j) {
       if (j >= start) {
         rows.push_back({&a.kv_new, int64_t(q0 + j - start)});
       } else {

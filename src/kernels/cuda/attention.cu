@@ -23,7 +23,8 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams<T> P) {
   const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int h = blockIdx.y * kHeadsPerBlock + warp;
   const int s = P.tok_seq[t], p = P.tok_pos[t];
-  const int n_win = min(p + 1, P.W);
+  int pw;  // the window's last position (p unless non-causal)
+  const int n_win = attn_window(P, s, p, &pw);
   const int n_comp = P.ratio > 0 ? (P.comp_idx ? P.K : (p + 1) / P.ratio) : 0;
   const int n_cand = n_win + n_comp;
   const int dl = P.d / 32;  // values per lane
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams<T> P) {
     __syncthreads();
     if (threadIdx.x < kChunk) {
       int c = c0 + threadIdx.x;
-      ptrs[threadIdx.x] = c < n_cand ? attn_row(P, t, s, p, n_win, c) : KvRef{nullptr, 0};
+      ptrs[threadIdx.x] = c < n_cand ? attn_row(P, t, s, pw, n_win, c) : KvRef{nullptr, 0};
     }
     __syncthreads();
     const int d4 = P.d / 4;  // 4 values per load (rows are d*sizeof(T) >= 64 bytes apart, aligned)
@@ -209,6 +210,9 @@ AttnParams<T> make_attn_params(const AttnArgs& a, const StepMeta& m) {
   P.tok_seq = m.tok_seq.ptr<int32_t>();
   P.block_table = m.block_table.empty() ? nullptr : m.block_table.ptr<int32_t>();
   P.max_blocks = m.max_blocks;
+  P.len = m.len.ptr<int32_t>();
+  P.non_causal = a.non_causal ? 1 : 0;
+  DIL_CHECK(!a.non_causal || P.ratio == 0, "sparse_attention: non-causal attention has no compressed rows");
   DIL_CHECK(!P.ratio || (P.block_table && P.rpb > 0), "sparse_attention: compressed rows need a block table");
   return P;
 }

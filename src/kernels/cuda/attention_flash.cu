@@ -210,7 +210,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_flash_kernel(AttnParams<bf16
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
   const int hg = warp & 3, half = warp >> 2;
   const int s = P.tok_seq[t], p = P.tok_pos[t];
-  const int n_win = min(p + 1, P.W);
+  int pw;  // the window's last position (p unless non-causal)
+  const int n_win = attn_window(P, s, p, &pw);
   const int n_comp = P.ratio > 0 ? (P.comp_idx ? P.K : (p + 1) / P.ratio) : 0;
   const int n_cand = n_win + n_comp;
   const int n_tiles = (n_cand + kRows - 1) / kRows;
@@ -226,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_flash_kernel(AttnParams<bf16
       cp_async16(smem_addr(qs + hh * kStride + seg * 8), qrow + int64_t(hh) * kD + seg * 8, true);
     }
   }
-  int kind = tile0 < tile1 ? issue_tile(P, t, s, p, n_win, n_cand, tile0 * kRows, tiles, valid) : 0;  // my row's
+  int kind = tile0 < tile1 ? issue_tile(P, t, s, pw, n_win, n_cand, tile0 * kRows, tiles, valid) : 0;  // my row's
   cp_async_commit();
 
   float o[kNt][4];  // O[heads 16hg + g | +8][dims 256 half + 8j + 2tg, +1]
@@ -254,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_flash_kernel(AttnParams<bf16
       convert_packed_row(P, tiles + buf * kRows * kStride, kind);
       __syncthreads();
     }
-    kind = ti + 1 < tile1 ? issue_tile(P, t, s, p, n_win, n_cand, (ti + 1) * kRows, tiles + (buf ^ 1) * kRows * kStride,
+    kind = ti + 1 < tile1 ? issue_tile(P, t, s, pw, n_win, n_cand, (ti + 1) * kRows, tiles + (buf ^ 1) * kRows * kStride,
                                        valid + (buf ^ 1) * kRows)
                           : 0;
     cp_async_commit();
@@ -435,8 +436,10 @@ int flash_splits(const AttnArgs& a, const StepMeta& m, int sm_count) {
   const int ratio = a.comp.empty() ? 0 : a.comp_ratio;
   int max_tiles = 1;
   for (int64_t t = 0; t < T && t < int64_t(m.h_tok_pos.size()); ++t) {
-    const int p = m.h_tok_pos[size_t(t)];
-    const int n = std::min(p + 1, a.window) + (ratio > 0 ? (K ? K : (p + 1) / ratio) : 0);
+    const int p = m.h_tok_pos[size_t(t)], sq = m.h_tok_seq[size_t(t)];
+    const int n_win = a.non_causal ? std::min(m.h_start_pos[size_t(sq)], a.window) + m.h_len[size_t(sq)]
+                                   : std::min(p + 1, a.window);  // attn_window
+    const int n = n_win + (ratio > 0 ? (K ? K : (p + 1) / ratio) : 0);
     max_tiles = std::max(max_tiles, int(ceil_div(n, kRows)));
   }
   const int want = int(sm_count / (T * G));  // CTAs within one wave (one CTA per SM): a second wave would double the time

@@ -106,7 +106,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams<T> P) 
   const int t = blockIdx.x, h0 = blockIdx.y * kHeads;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
   const int s = P.tok_seq[t], p = P.tok_pos[t];
-  const int n_win = min(p + 1, P.W);
+  int pw;  // the window's last position (p unless non-causal)
+  const int n_win = attn_window(P, s, p, &pw);
   const int n_comp = P.ratio > 0 ? (P.comp_idx ? P.K : (p + 1) / P.ratio) : 0;
   const int n_cand = n_win + n_comp;
 
@@ -123,7 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_mma_kernel(AttnParams<T> P) 
 
   for (int c0 = 0; c0 < n_cand; c0 += kRows) {
     __syncthreads();  // the previous chunk's rows, scores and pointers are no longer read
-    if (tid < kRows) ptrs[tid] = c0 + tid < n_cand ? attn_row(P, t, s, p, n_win, c0 + tid) : KvRef{nullptr, 0};
+    if (tid < kRows) ptrs[tid] = c0 + tid < n_cand ? attn_row(P, t, s, pw, n_win, c0 + tid) : KvRef{nullptr, 0};
     __syncthreads();
     for (int i = tid; i < kRows * (kD / kVec); i += blockDim.x) {
       const int r = i / (kD / kVec), cv = i % (kD / kVec);

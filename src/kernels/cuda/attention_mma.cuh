@@ -22,6 +22,8 @@ struct AttnParams {
   const int32_t *q_start, *start_pos, *slot, *tok_pos, *tok_seq, *block_table;
   int H, d, W, ring_len, ratio, rpb, K, max_blocks;
   float scale;
+  const int32_t* len;  // [n_seqs] chunk lengths (non_causal)
+  int non_causal;      // AttnArgs::non_causal (window only)
 };
 
 // A KV candidate: a row of d values of T (kind 0: kv_new, or a plain cache) or a packed row
@@ -30,6 +32,20 @@ struct KvRef {
   const void* p;
   int kind;
 };
+
+// The window rows of token t (sequence s at position p): their count, and in *pe the last
+// position they end at (attn_row's p). Causal: [max(0, p-W+1), p]. Non-causal: the W positions
+// before the chunk and the whole chunk, the same rows for every token of it.
+template <class T>
+__device__ inline int attn_window(const AttnParams<T>& P, int s, int p, int* pe) {
+  if (!P.non_causal) {
+    *pe = p;
+    return min(p + 1, P.W);
+  }
+  const int sp = P.start_pos[s];
+  *pe = sp + P.len[s] - 1;
+  return min(sp, P.W) + P.len[s];
+}
 
 // Candidate c of token t (sequence s at position p, n_win window rows): its row, or null for a
 // compressed row that is not visible (index -1, past the visible rows, no block).

@@ -168,7 +168,7 @@ class CudaBackend final : public Backend {
   void sparse_attention(const AttnArgs& a, const StepMeta& m) override {
     const int K = a.comp_idx.empty() ? 0 : int(a.comp_idx.size(1));
     const OpSite s = attention_site(int(a.q.size(1)), int(a.q.size(2)), a.comp.empty() ? 0 : a.comp_ratio, K,
-                                    a.q.dtype, numerics());
+                                    a.q.dtype, numerics(), a.non_causal);
     cuda::sparse_attention(c_, a, m, impl_for(s, a.q.size(0)).name);
   }
   using Backend::ring_write;
