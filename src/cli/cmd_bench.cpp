@@ -512,6 +512,14 @@ void add_bench(CLI::App& top, std::vector<Declared>* out) {
                  "DSpark drafter (dummy mtp.0..2): its context rows in every step and the draft")
       ->check(CLI::IsMember({"ngram", "mtp", "dspark"}));
   out->push_back({dc, [d](const ProgramArgs& prog) {
+                    // The method names the drafter of one architecture: mtp is V4's, dspark V4.1's.
+                    if (d->speculative > 0 && d->speculative_method != "ngram") {
+                      const Arch arch = load_config(d->config).arch;
+                      if ((d->speculative_method == "mtp") != (arch == Arch::V4))
+                        DIL_FAIL("--speculative-method ", d->speculative_method, " is ",
+                                 d->speculative_method == "mtp" ? "V4's MTP drafter" : "V4.1's DSpark drafter",
+                                 "; ", d->config, " is ", arch == Arch::V4 ? "a V4 model (mtp)" : "a V4.1 model (dspark)");
+                    }
                     return bench_model(*d, true, d->batch, d->context, 1, prog, d->speculative,
                                        d->speculative > 0 &&
                                            (d->speculative_method == "mtp" || d->speculative_method == "dspark"));

@@ -11,11 +11,12 @@ namespace runtime {
 
 std::unique_ptr<Drafter> make_drafter(const EngineOptions& opts, const ModelConfig& cfg) {
   const std::string& m = opts.speculative;
-  if (m == "off") return nullptr;
+  // Checked before "off" returns: a confidence cut without DSpark is a mistake to report.
   if (!(opts.dspark_min_survival >= 0.0 && opts.dspark_min_survival <= 1.0))
     DIL_FAIL("dspark_min_survival must be in [0, 1], got ", opts.dspark_min_survival);
   if (opts.dspark_min_survival > 0.0 && m != "dspark")
     DIL_FAIL("dspark_min_survival is DSpark's confidence cut: it needs speculative 'dspark', not '", m, "'");
+  if (m == "off") return nullptr;
   if (opts.num_speculative_tokens < 1)
     DIL_FAIL("num_speculative_tokens must be >= 1 with speculative decoding, got ", opts.num_speculative_tokens);
   if (m == "ngram") return std::make_unique<NgramDrafter>(opts.num_speculative_tokens);

@@ -60,7 +60,14 @@ TEST(V41DsparkCuda, DraftEqualsTheCpu) {
   const int64_t V = 1024;
   ASSERT_EQ(c.logits.size(), size_t(5 * V));
   ASSERT_EQ(g.logits.size(), c.logits.size());
+  // Bounds: reference numerics on both sides (CUDA's reference kernels accumulate in double and
+  // round once, as the CPU does; V4TinyCuda's reference test holds the whole model to 2e-3 max |d|
+  // and 1e-4 rel L2 against HF float64): each draft row's logits within 1e-5 rel L2 (measured
+  // 1.6-1.8e-6), the confidence logit (one 5,376-term dot of the same rows) within 1e-4 relative.
+  // Row i + 1 depends on draft i (the Markov head), so the rows after a token that differs at a
+  // near-tie (allowed below) are not compared.
   for (int i = 0; i < 5; ++i) {
+    if (i > 0 && g.tokens[size_t(i - 1)] != c.tokens[size_t(i - 1)]) break;
     const float* a = c.logits.data() + i * V;
     const float* b = g.logits.data() + i * V;
     double num = 0, den = 0, scale = 0;

@@ -420,8 +420,9 @@ class CudaAttentionFast : public CudaParity {
   // The step on the packed cache (ring in `ring_s`, compressed rows in `comp_s`) against the
   // same step on a bf16 cache of the unpacked values: the kernels dequantize packed rows into
   // the same BF16 tile values, so the outputs must be equal bit for bit (not just within the
-  // bound: same operands, same arithmetic). Also checks the packed writers: ring_write /
-  // paged_write of the unpacked rows store exactly the packed bytes.
+  // bound: same operands, same arithmetic). Also checks the packed ring writer: ring_write of the
+  // unpacked rows stores their values (paged_write's packed kernel, which writes the compressed
+  // rows and indexer keys, is covered in the model: test_model_cuda KvPackedCuda.*).
   void run_packed(AttnCase c, uint32_t seed, FastAttn f, const kvpack::RowShape& ring_s, const kvpack::RowShape& comp_s,
                   const char* want_impl) {
     FastStep st = make_step(c, seed, f);

@@ -537,6 +537,8 @@ TEST(SpecDecode, OptionsAreChecked) {
   o.dspark_min_survival = 0.5;
   o.speculative = "ngram";
   EXPECT_THROW(make_engine(o), Error);
+  o.speculative = "off";  // a cut without DSpark is reported, not ignored
+  EXPECT_THROW(make_engine(o), Error);
 }
 
 }  // namespace

@@ -182,6 +182,14 @@ AttnParams<T> make_attn_params(const AttnArgs& a, const StepMeta& m) {
     if (pack.packed()) {
       DIL_CHECK(c.dtype == DType::U8 && pack.d == P.d && c.size(2) == int64_t(kvpack::row_bytes(pack)),
                 "sparse_attention: packed ", what, " ", c.shape_str(), " ", dtype_name(c.dtype), " for rows of ", P.d);
+      // The formats the kernels decode (flash_bf16's in-place conversion knows these three), and
+      // the 8-byte alignment the head-dim-512 kernels' cp.async and vector loads need (fp64 reads
+      // bytes: the tiny fixtures' 132-byte V4.1 window rows are fine there).
+      DIL_CHECK(pack.format == kvpack::Format::V4Row || pack.format == kvpack::Format::Fp8B32 ||
+                    pack.format == kvpack::Format::Fp4E4m3B16,
+                "sparse_attention: packed ", what, " rows in a format the attention kernels do not read");
+      DIL_CHECK(P.d != 512 || (reinterpret_cast<uintptr_t>(c.data) % 8 == 0 && c.size(2) % 8 == 0),
+                "sparse_attention: packed ", what, " rows of 512 values must be 8-byte aligned");
       fmt = KvRow{pack.format, pack.d, pack.rope};
       rb = c.size(2);
     } else {
