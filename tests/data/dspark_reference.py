@@ -25,43 +25,19 @@ import numpy as np
 
 sys.path.insert(0, sys.argv[2])
 import checkpoint as ck  # noqa: E402
+from block_ops import Ops  # noqa: E402  (this folder: the script's own)
 
 fx = sys.argv[1]
 top = json.load(open(os.path.join(fx, "config.json")))
 cfg = top["text_config"]
 P = ck.dequantize(ck.read_st(os.path.join(fx, "model.safetensors")), top["quantization_config"]["weight_block_size"][0])
 D, H, hd, n, rd = cfg["hidden_size"], cfg["num_attention_heads"], cfg["head_dim"], cfg["hc_mult"], cfg["qk_rope_head_dim"]
-G, eps, hc_eps, iters = cfg["o_groups"], cfg["rms_norm_eps"], cfg["hc_eps"], cfg["hc_sinkhorn_iters"]
-limit, rs, L = cfg["swiglu_limit"], cfg["routed_scaling_factor"], cfg["num_hidden_layers"]
+ops = Ops(P, cfg)
+rms, mixes, hc_post, swiglu = ops.rms, ops.mixes, ops.hc_post, ops.swiglu
+G, rs, L = cfg["o_groups"], cfg["routed_scaling_factor"], cfg["num_hidden_layers"]
 ratios, kv_sources = cfg["compress_ratios"], cfg["kv_source_layer_ids"]
 B, noise, targets = cfg["dspark_block_size"], cfg["dspark_noise_token_id"], cfg["dspark_target_layer_ids"]
 n_mtp = cfg["num_nextn_predict_layers"]
-
-
-def rms(x, w=None):
-    y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
-    return y if w is None else y * w
-
-
-def mixes(X, p):  # §3.3 steps 1-5 (the same in V4.1, §4.2); X [n, D]
-    fn, base, scale = P[p + "_fn"], P[p + "_base"], P[p + "_scale"]
-    xf = X.reshape(-1)
-    m = (fn @ xf) / np.sqrt(np.mean(xf * xf) + eps)
-    sig = lambda v: 1 / (1 + np.exp(-v))
-    pre = sig(m[:n] * scale[0] + base[:n]) + hc_eps
-    post = 2 * sig(m[n:2 * n] * scale[1] + base[n:2 * n])
-    C = (m[2 * n:] * scale[2] + base[2 * n:]).reshape(n, n)
-    C = np.exp(C - C.max(-1, keepdims=True))
-    C = C / C.sum(-1, keepdims=True) + hc_eps
-    C = C / (C.sum(0, keepdims=True) + hc_eps)
-    for _ in range(iters - 1):
-        C = C / (C.sum(-1, keepdims=True) + hc_eps)
-        C = C / (C.sum(0, keepdims=True) + hc_eps)
-    return pre, post, C
-
-
-def hc_post(F, X, post, C):  # X'_k = post_k F + sum_j C[j,k] X_j
-    return post[:, None] * F[None, :] + C.T @ X
 
 
 def rope(x, pos, inverse=False):  # interleaved pairs of the last rd dims; theta 10000 (DSpark)
@@ -95,12 +71,6 @@ def attend(q, keys, p):  # q [H, hd], keys [K, hd] (values = keys), with the sin
     mx = np.maximum(s.max(-1), sink)
     e = np.exp(s - mx[:, None])
     return (e @ keys) / (e.sum(-1) + np.exp(sink - mx))[:, None]
-
-
-def swiglu(x, w1, w3, w2):
-    g = np.minimum(w1 @ x, limit)
-    u = np.clip(w3 @ x, -limit, limit)
-    return w2 @ (g / (1 + np.exp(-g)) * u)
 
 
 def moe(x, p, topk):  # §4.4

@@ -19,41 +19,18 @@ import numpy as np
 
 sys.path.insert(0, sys.argv[2])
 import checkpoint as ck  # noqa: E402
+from block_ops import Ops  # noqa: E402  (this folder: the script's own)
 
 fx = sys.argv[1]
 cfg = json.load(open(os.path.join(fx, "config.json")))
 P = ck.dequantize(ck.read_st(os.path.join(fx, "model.safetensors")), cfg["quantization_config"]["weight_block_size"][0])
 ref = ck.read_st(os.path.join(fx, "reference.safetensors"))
 D, H, hd, n = cfg["hidden_size"], cfg["num_attention_heads"], cfg["head_dim"], cfg["hc_mult"]
-G, eps, hc_eps, iters = cfg["o_groups"], cfg["rms_norm_eps"], cfg["hc_eps"], cfg["hc_sinkhorn_iters"]
-topk, E, limit, rs = cfg["num_experts_per_tok"], cfg["n_routed_experts"], cfg["swiglu_limit"], cfg["routed_scaling_factor"]
+ops = Ops(P, cfg)
+rms, mixes, hc_post, swiglu = ops.rms, ops.mixes, ops.hc_post, ops.swiglu
+G, eps, hc_eps = cfg["o_groups"], cfg["rms_norm_eps"], cfg["hc_eps"]
+topk, E, rs = cfg["num_experts_per_tok"], cfg["n_routed_experts"], cfg["routed_scaling_factor"]
 n_hash, L = cfg["num_hash_layers"], cfg["num_hidden_layers"]
-
-
-def rms(x, w=None):
-    y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
-    return y if w is None else y * w
-
-
-def mixes(X, p):  # §3.3 steps 1-5; X [n, D]
-    fn, base, scale = P[p + "_fn"], P[p + "_base"], P[p + "_scale"]
-    xf = X.reshape(-1)
-    m = (fn @ xf) / np.sqrt(np.mean(xf * xf) + eps)
-    sig = lambda v: 1 / (1 + np.exp(-v))
-    pre = sig(m[:n] * scale[0] + base[:n]) + hc_eps
-    post = 2 * sig(m[n:2 * n] * scale[1] + base[n:2 * n])
-    C = (m[2 * n:] * scale[2] + base[2 * n:]).reshape(n, n)
-    C = np.exp(C - C.max(-1, keepdims=True))
-    C = C / C.sum(-1, keepdims=True) + hc_eps
-    C = C / (C.sum(0, keepdims=True) + hc_eps)
-    for _ in range(iters - 1):
-        C = C / (C.sum(-1, keepdims=True) + hc_eps)
-        C = C / (C.sum(0, keepdims=True) + hc_eps)
-    return pre, post, C
-
-
-def hc_post(F, X, post, C):  # X'_k = post_k F + sum_j C[j,k] X_j
-    return post[:, None] * F[None, :] + C.T @ X
 
 
 def attention(x, p):  # §3.5 at position 0: one key (itself), RoPE identity
@@ -68,12 +45,6 @@ def attention(x, p):  # §3.5 at position 0: one key (itself), RoPE identity
     wa = P[p + "attn.wo_a.weight"].reshape(G, -1, H * hd // G)
     z = np.einsum("gnk,gk->gn", wa, og).reshape(-1)
     return P[p + "attn.wo_b.weight"] @ z
-
-
-def swiglu(x, w1, w3, w2):
-    g = np.minimum(w1 @ x, limit)
-    u = np.clip(w3 @ x, -limit, limit)
-    return w2 @ (g / (1 + np.exp(-g)) * u)
 
 
 def moe(x, p, tok, hash_layer):  # §3.8

@@ -14,72 +14,26 @@
 //   model's without the drafter); a slot copy drafts like its source (the rings are slot state).
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-
-#include "backend/backend.h"
 #include "core/safetensors.h"
-#include "model/model.h"
+#include "drafter_util.h"
+#include "fixture_util.h"
 #include "model/v41_model.h"
 
 using namespace dil;
+using namespace dil::test;
 
 namespace {
 
-// $DIL_DRAFTER_DATA (made elsewhere) or the build folder's (CTest's set-up test drafter_fixtures).
-std::string drafter_data() {
-  const char* env = std::getenv("DIL_DRAFTER_DATA");
-  return env && *env ? env : DIL_DRAFTER_DATA;
-}
 const std::string kDir = drafter_data() + "/v41-tiny";
 constexpr int64_t kV = 1024;
-constexpr int kB = 5;  // dspark_block_size
+constexpr int kB = 5;      // dspark_block_size
+constexpr int kIds = 1000;  // token ids below this
 
-struct Loaded {
-  std::unique_ptr<Backend> be = make_backend(BackendKind::CPU);
-  std::unique_ptr<Model> model;
-  explicit Loaded(bool dspark, const std::string& dir = kDir, Numerics n = Numerics::Reference) {
-    ModelOptions o;
-    o.numerics = n;
-    o.load_mtp = dspark;
-    model = load_model(dir, *be, o);
-    model->allocate_cache(16, 4, 128);
-  }
+struct Loaded : DrafterModel {
+  explicit Loaded(bool dspark, const std::string& dir = kDir, Numerics n = Numerics::Reference)
+      : DrafterModel(dspark, dir, n) {}
   V41Model& v41() { return dynamic_cast<V41Model&>(*model); }
 };
-
-std::vector<int32_t> tokens(int n, int salt) {
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back(int32_t((i * 37 + salt * 101 + (i * i) % 13) % 1000));
-  return t;
-}
-
-// One step of several chunks: (slot, start, tokens, first block).
-struct Part { int32_t slot, start; std::vector<int32_t> toks; int32_t block0; };
-std::vector<float> step(Model& m, const std::vector<Part>& parts) {
-  StepBatch b;
-  for (const Part& p : parts) {
-    SeqChunk c;
-    c.slot = p.slot;
-    c.start_pos = p.start;
-    c.n_tokens = int32_t(p.toks.size());
-    for (int k = 0; k < 3; ++k) c.blocks.push_back(p.block0 + k);
-    b.seqs.push_back(c);
-    b.tokens.insert(b.tokens.end(), p.toks.begin(), p.toks.end());
-  }
-  std::vector<float> lg;
-  m.forward(b, &lg);
-  return lg;
-}
-
-std::vector<int32_t> sub(const std::vector<int32_t>& t, int a, int b) {
-  return std::vector<int32_t>(t.begin() + a, t.begin() + b);
-}
-
-bool same(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 struct Draft {
   std::vector<int32_t> tokens;
@@ -93,31 +47,17 @@ Draft draft(Loaded& l, const DraftRequest& r) {
   return d;
 }
 
-double rel_l2(const float* g, const float* w, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) num += (double(g[i]) - w[i]) * (double(g[i]) - w[i]), den += double(w[i]) * w[i];
-  return std::sqrt(num / den);
-}
-
 }  // namespace
 
 TEST(V41Dspark, MatchesTheNumpyReferenceAfterPositionZero) {
   const std::string dir = drafter_data() + "/v41-tiny-ezero";
   SafeTensors ref = SafeTensors::open(dir + "/dspark-reference.safetensors");
-  auto f32 = [&](const char* name) {
-    const StEntry& e = ref.at(name);
-    return std::vector<float>(reinterpret_cast<const float*>(e.data), reinterpret_cast<const float*>(e.data) + e.numel());
-  };
-  auto i32 = [&](const char* name) {
-    const StEntry& e = ref.at(name);
-    return std::vector<int32_t>(reinterpret_cast<const int32_t*>(e.data),
-                                reinterpret_cast<const int32_t*>(e.data) + e.numel());
-  };
-  const std::vector<int32_t> ids = i32("ids"), want_drafts = i32("drafts");
+  const std::vector<int32_t> ids = ids_of(ref, "ids"), want_drafts = ids_of(ref, "drafts");
   Loaded a(true, dir);
   const std::vector<float> backbone = step(*a.model, {{0, 0, {ids[0]}, 0}});
   const Draft d = draft(a, {0, 0, ids[1], kB});
-  const std::vector<float> wb = f32("backbone_logits"), wd = f32("draft_logits"), wc = f32("conf");
+  const std::vector<float> wb = f32_of(ref, "backbone_logits"), wd = f32_of(ref, "draft_logits"),
+                           wc = f32_of(ref, "conf");
   ASSERT_EQ(backbone.size(), wb.size());
   ASSERT_EQ(d.logits.size(), wd.size());
   ASSERT_EQ(d.conf.size(), wc.size());
@@ -149,7 +89,7 @@ TEST(V41Dspark, MatchesTheNumpyReferenceAfterPositionZero) {
 TEST(V41Dspark, DraftDoesNotDependOnChunkingOrBatching) {
   // 150 computed positions: the context ring (128 rows) has wrapped. Then one decode step.
   const int L = 150;
-  const std::vector<int32_t> t = tokens(L + 2, 1), other = tokens(90, 2);
+  const std::vector<int32_t> t = tokens(L + 2, 1, kIds), other = tokens(90, 2, kIds);
   Loaded a(true);
   ASSERT_TRUE(a.model->has_drafter());
   step(*a.model, {{0, 0, sub(t, 0, L), 0}});
@@ -175,7 +115,7 @@ TEST(V41Dspark, DraftDoesNotDependOnChunkingOrBatching) {
 
 TEST(V41Dspark, DraftLeavesTheSlotAndSlotCopiesDraftAlike) {
   const int L = 140;
-  const std::vector<int32_t> t = tokens(L + 2, 3);
+  const std::vector<int32_t> t = tokens(L + 2, 3, kIds);
   Loaded a(true), plain(false);
   step(*a.model, {{0, 0, sub(t, 0, L), 0}});
   step(*plain.model, {{0, 0, sub(t, 0, L), 0}});
@@ -202,7 +142,7 @@ TEST(V41Dspark, RollbackRestoresTheContextRings) {
   // L+1..L+3 into ring slots a later draft reads as positions L-126..L-124: the restore must
   // bring back the rings with the rest of the slot, so that the draft equals a clean run's.
   const int L = 140;
-  const std::vector<int32_t> t = tokens(L + 2, 4);
+  const std::vector<int32_t> t = tokens(L + 2, 4, kIds);
   Loaded a(true), clean(true);
   step(*a.model, {{0, 0, sub(t, 0, L), 0}});
   step(*clean.model, {{0, 0, sub(t, 0, L + 1), 0}});
@@ -226,7 +166,7 @@ TEST(V41Dspark, QuantizingNumerics) {
   // stored as packed FP8 rows on the CPU): the draft is a function of the slot (a copy drafts
   // the same, twice the same), its tokens are in the vocabulary, and the backbone is untouched.
   const int L = 140;
-  const std::vector<int32_t> t = tokens(L + 1, 5);
+  const std::vector<int32_t> t = tokens(L + 1, 5, kIds);
   for (Numerics n : {Numerics::Official, Numerics::Fast}) {
     SCOPED_TRACE(numerics_name(n));
     Loaded a(true, kDir, n), plain(false, kDir, n);
@@ -248,7 +188,7 @@ TEST(V41Dspark, ConfidenceCut) {
   // DraftRequest::min_survival keeps the drafts while prod sigmoid(conf) >= it: a prefix of the
   // uncut draft, as long as the confidences (the same draft's, returned) say.
   const int L = 140;
-  const std::vector<int32_t> t = tokens(L + 1, 6);
+  const std::vector<int32_t> t = tokens(L + 1, 6, kIds);
   Loaded a(true);
   step(*a.model, {{0, 0, sub(t, 0, L), 0}});
   const Draft full = draft(a, {0, L - 1, t[size_t(L)], kB});

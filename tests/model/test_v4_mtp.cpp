@@ -21,72 +21,22 @@
 //   previous position is the one the next forward writes).
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-
-#include "backend/backend.h"
 #include "core/safetensors.h"
-#include "model/model.h"
+#include "drafter_util.h"
+#include "fixture_util.h"
 
 using namespace dil;
+using namespace dil::test;
 
 namespace {
 
-// $DIL_DRAFTER_DATA (made elsewhere) or the build folder's (CTest's set-up test drafter_fixtures).
-std::string drafter_data() {
-  const char* env = std::getenv("DIL_DRAFTER_DATA");
-  return env && *env ? env : DIL_DRAFTER_DATA;
-}
 const std::string kDir = drafter_data() + "/v4-tiny";
+constexpr int kIds = 1024;  // token ids below this
 
-struct Loaded {
-  std::unique_ptr<Backend> be = make_backend(BackendKind::CPU);
-  std::unique_ptr<Model> model;
-  explicit Loaded(bool mtp, const std::string& dir = kDir, Numerics n = Numerics::Reference) {
-    ModelOptions o;
-    o.numerics = n;
-    o.load_mtp = mtp;
-    model = load_model(dir, *be, o);
-    model->allocate_cache(16, 4, 128);
-  }
+struct Loaded : DrafterModel {
+  explicit Loaded(bool mtp, const std::string& dir = kDir, Numerics n = Numerics::Reference)
+      : DrafterModel(mtp, dir, n) {}
 };
-
-std::vector<int32_t> tokens(int n, int salt) {
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back(int32_t((i * 37 + salt * 101 + (i * i) % 13) % 1024));
-  return t;
-}
-
-SeqChunk chunk(int32_t slot, int32_t start, int32_t n, int32_t block0) {
-  SeqChunk c;
-  c.slot = slot;
-  c.start_pos = start;
-  c.n_tokens = n;
-  for (int b = 0; b < 2; ++b) c.blocks.push_back(block0 + b);
-  return c;
-}
-
-// One step of several chunks: (slot, start, tokens, first block).
-struct Part { int32_t slot, start; std::vector<int32_t> toks; int32_t block0; };
-std::vector<float> step(Model& m, const std::vector<Part>& parts) {
-  StepBatch b;
-  for (const Part& p : parts) {
-    b.seqs.push_back(chunk(p.slot, p.start, int32_t(p.toks.size()), p.block0));
-    b.tokens.insert(b.tokens.end(), p.toks.begin(), p.toks.end());
-  }
-  std::vector<float> lg;
-  m.forward(b, &lg);
-  return lg;
-}
-
-std::vector<int32_t> sub(const std::vector<int32_t>& t, int a, int b) {
-  return std::vector<int32_t>(t.begin() + a, t.begin() + b);
-}
-
-bool same(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 std::vector<float> draft_logits(Model& m, const DraftRequest& r, std::vector<int32_t>* tokens = nullptr) {
   std::vector<std::vector<int32_t>> d;
@@ -101,38 +51,29 @@ std::vector<float> draft_logits(Model& m, const DraftRequest& r, std::vector<int
 
 TEST(V4Mtp, MatchesTheNumpyReferenceAtPositionZero) {
   SafeTensors ref = SafeTensors::open(kDir + "/mtp-reference.safetensors");
-  auto vec = [&](const char* name) {
-    const StEntry& e = ref.at(name);
-    return std::vector<float>(reinterpret_cast<const float*>(e.data), reinterpret_cast<const float*>(e.data) + e.numel());
-  };
-  const StEntry& ie = ref.at("ids");
-  const int32_t* ids = reinterpret_cast<const int32_t*>(ie.data);
+  const std::vector<int32_t> ids = ids_of(ref, "ids");
   Loaded a(true);
   const std::vector<float> backbone = step(*a.model, {{0, 0, {ids[0]}, 0}});
   const std::vector<float> mtp = draft_logits(*a.model, {0, 0, ids[1], 1});
   // Reference numerics (f32 activations, double sums rounded once per op) against float64:
   // the bound of the backbone's own check against HF float64 (V4Fixture.ReferenceModeMatchesHF:
   // relative L2 1e-4 per position), the MTP being one more block of the same ops and a head.
-  auto rel_l2 = [](const std::vector<float>& g, const std::vector<float>& w) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < w.size(); ++i) num += (double(g[i]) - w[i]) * (double(g[i]) - w[i]), den += double(w[i]) * w[i];
-    return std::sqrt(num / den);
-  };
-  const std::vector<float> wb = vec("backbone_logits"), wm = vec("mtp_logits");
+  auto rel = [](const std::vector<float>& g, const std::vector<float>& w) { return rel_l2(g.data(), w.data(), w.size()); };
+  const std::vector<float> wb = f32_of(ref, "backbone_logits"), wm = f32_of(ref, "mtp_logits");
   ASSERT_EQ(backbone.size(), wb.size());
   ASSERT_EQ(mtp.size(), wm.size());
-  const double eb = rel_l2(backbone, wb), em = rel_l2(mtp, wm);
+  const double eb = rel(backbone, wb), em = rel(mtp, wm);
   std::printf("[mtp] position 0 vs numpy float64: backbone rel L2 %.2e, MTP rel L2 %.2e\n", eb, em);
   EXPECT_LT(eb, 1e-4);
   EXPECT_LT(em, 1e-4);
   // Not vacuous: the MTP's logits are not the backbone's (another prediction, another head path).
-  EXPECT_GT(rel_l2(wm, wb), 0.1);
+  EXPECT_GT(rel(wm, wb), 0.1);
 }
 
 TEST(V4Mtp, DraftDoesNotDependOnChunkingOrBatching) {
   // 150 computed positions: the window ring (128 rows) has wrapped.
   const int L = 150, k = 3;
-  const std::vector<int32_t> t = tokens(L + 1, 1), other = tokens(90, 2);
+  const std::vector<int32_t> t = tokens(L + 1, 1, kIds), other = tokens(90, 2, kIds);
   const int64_t V = 1024;
   Loaded a(true);
   ASSERT_TRUE(a.model->has_drafter());
@@ -201,7 +142,7 @@ TEST(V4Mtp, WindowHoldsThePairsOfTheLast128Positions) {
   // L-128 (row L-129) is outside. The window rows are the MTP's own (written one position behind
   // the backbone): were they paired with token q (off by one), the boundary would move by one.
   const int L = 200;
-  std::vector<int32_t> t = tokens(L + 1, 5);
+  std::vector<int32_t> t = tokens(L + 1, 5, kIds);
   const DraftRequest r{0, L - 1, t[L], 1};
   const std::vector<float> base = after_prefill(t, L, r);
   std::vector<int32_t> out = t, in = t;
@@ -216,7 +157,7 @@ TEST(V4Mtp, ChainStepIsTheNextDraft) {
   // draft at p+1 with token d sees after the target computed p+1: the chain's own row for p (from
   // step 1) must equal the one the next forward writes, so both logits are equal bit for bit.
   const int L = 140;
-  const std::vector<int32_t> t = tokens(L + 1, 3);
+  const std::vector<int32_t> t = tokens(L + 1, 3, kIds);
   const int64_t V = 1024;
   Loaded a(true, kHZero);
   step(*a.model, {{0, 0, sub(t, 0, L), 0}});
@@ -246,7 +187,7 @@ TEST(V4Mtp, RunsInEveryNumericsMode) {
   // call against the installed plan and aborts on one that is not there), and the drafts are
   // finite tokens (official vs fast: printed, they differ by bf16 roundings).
   const int L = 40;
-  const std::vector<int32_t> t = tokens(L + 1, 7);
+  const std::vector<int32_t> t = tokens(L + 1, 7, kIds);
   std::vector<std::vector<int32_t>> d[2];
   for (int i = 0; i < 2; ++i) {
     Loaded a(true, kDir, i == 0 ? Numerics::Official : Numerics::Fast);
