@@ -164,8 +164,15 @@ class CudaAttentionFast : public CudaParity {
     return st;
   }
 
-  // The GPU's output for the step (the implementation `force`d, or the plan's), and its name.
-  std::vector<float> run_gpu(FastStep& st, const char* force, std::string* impl) {
+  // Packed caches of a step (run_packed): the ring and compressed rows' bytes in their formats.
+  struct PackedCaches {
+    kvpack::RowShape ring_s, comp_s;
+    std::vector<uint8_t> ring, comp;  // [n_slots, W, row bytes], [n_blocks, rpb, row bytes]
+  };
+
+  // The GPU's output for the step (the implementation `force`d, or the plan's), and its name;
+  // on the packed caches instead of st's bf16 rows when `packed` is given.
+  std::vector<float> run_gpu(FastStep& st, const char* force, std::string* impl, const PackedCaches* packed = nullptr) {
     if (forced_ != force) {  // a backend with the implementation forced, or the plan's again
       BackendOptions o = test_options();
       if (*force) o.force["sparse_attention"] = force;
@@ -179,8 +186,17 @@ class CudaAttentionFast : public CudaParity {
     AttnArgs ga = st.host_args();
     ga.q = devb(st.q, {T, H, D});
     ga.kv_new = devb(st.kv, {T, D});
-    ga.ring = devb(st.ring, {st.n_slots, kW, D});
-    if (st.ratio) ga.comp = devb(st.comp, {st.n_blocks, st.rpb, D});
+    if (packed) {
+      ga.ring = dev(packed->ring, DType::U8, {st.n_slots, kW, int64_t(kvpack::row_bytes(packed->ring_s))});
+      ga.ring_pack = packed->ring_s;
+      if (st.ratio) {
+        ga.comp = dev(packed->comp, DType::U8, {st.n_blocks, st.rpb, int64_t(kvpack::row_bytes(packed->comp_s))});
+        ga.comp_pack = packed->comp_s;
+      }
+    } else {
+      ga.ring = devb(st.ring, {st.n_slots, kW, D});
+      if (st.ratio) ga.comp = devb(st.comp, {st.n_blocks, st.rpb, D});
+    }
     if (st.K) ga.comp_idx = devi(st.idx, {T, st.K});
     ga.sink = devf(st.sink, {H});
     ga.out = poisoned(DType::BF16, {T, H, D});
@@ -426,30 +442,16 @@ class CudaAttentionFast : public CudaParity {
   void run_packed(AttnCase c, uint32_t seed, FastAttn f, const kvpack::RowShape& ring_s, const kvpack::RowShape& comp_s,
                   const char* want_impl) {
     FastStep st = make_step(c, seed, f);
-    const std::vector<uint8_t> ring_p = pack_rows(st.ring, st.D, ring_s);
-    const std::vector<uint8_t> comp_p = st.ratio ? pack_rows(st.comp, st.D, comp_s) : std::vector<uint8_t>();
+    PackedCaches pc{ring_s, comp_s, pack_rows(st.ring, st.D, ring_s), {}};
+    if (st.ratio) pc.comp = pack_rows(st.comp, st.D, comp_s);
+    const std::vector<uint8_t>& ring_p = pc.ring;
     std::string impl;
     const auto plain = run_gpu(st, f.force, &impl);
     EXPECT_EQ(impl, *f.force ? f.force : want_impl) << c.what;
-    const int64_t T = st.m.n_tokens, H = st.H, D = st.D;
-    StepMeta gm = st.m;
-    upload_meta(gm);
-    AttnArgs ga = st.host_args();
-    ga.q = devb(st.q, {T, H, D});
-    ga.kv_new = devb(st.kv, {T, D});
-    const int64_t rrb = int64_t(kvpack::row_bytes(ring_s));
-    ga.ring = dev(ring_p, DType::U8, {st.n_slots, kW, rrb});
-    ga.ring_pack = ring_s;
-    if (st.ratio) {
-      const int64_t crb = int64_t(kvpack::row_bytes(comp_s));
-      ga.comp = dev(comp_p, DType::U8, {st.n_blocks, st.rpb, crb});
-      ga.comp_pack = comp_s;
-    }
-    if (st.K) ga.comp_idx = devi(st.idx, {T, st.K});
-    ga.sink = devf(st.sink, {H});
-    ga.out = poisoned(DType::BF16, {T, H, D});
-    gpu->sparse_attention(ga, gm);
-    const auto packed = downb(ga.out);
+    std::string impl_packed;
+    const auto packed = run_gpu(st, f.force, &impl_packed, &pc);
+    EXPECT_EQ(impl_packed, impl) << c.what;
+    const int64_t D = st.D, rrb = int64_t(kvpack::row_bytes(ring_s));
     ASSERT_EQ(packed.size(), plain.size());
     size_t differ = 0;
     for (size_t i = 0; i < plain.size(); ++i) differ += f32_to_bits(packed[i]) != f32_to_bits(plain[i]);
@@ -457,9 +459,8 @@ class CudaAttentionFast : public CudaParity {
                 c.what, differ, plain.size(), differ == 0 ? "ok" : "FAIL");
     EXPECT_EQ(differ, 0u) << c.what << ": packed rows give other outputs than their bf16 values";
 
-    // The writers: the step's first ring rows and compressed rows written from bf16 rows of the
-    // unpacked values land as exactly the packed bytes. One sequence of n tokens at 0 into slot
-    // 0 (ring rows 0..n-1), and n rows into block 0.
+    // The ring writer: slot 0's first n rows, written from bf16 rows of the unpacked values by
+    // one sequence of n tokens at 0, hold the packed rows' values.
     const int n = int(std::min<int64_t>(kW, 64));
     std::vector<uint16_t> rows(st.ring.begin(), st.ring.begin() + int64_t(n) * D);  // slot 0 rows 0..n-1
     StepMeta wm = make_meta({{0, n, 0, {0}}});
