@@ -46,21 +46,22 @@ def test_ngram_speculation_gives_the_same_completions_and_counts_drafts():
     assert abs(m["dil:spec_decode_mean_acceptance_length"] - (1 + accepted / drafts)) < 1e-9
 
 
-def test_unknown_method_is_refused():
+def serve_refused(method):
+    """stderr of `serve --speculative METHOD`, which must exit with an error at start."""
     require_serve()
     binary = os.environ.get("DIL_BIN", DEFAULT_BIN)
-    r = subprocess.run([binary, "serve", "--speculative", "eagle", "--port", "0"], capture_output=True, text=True,
+    r = subprocess.run([binary, "serve", "--speculative", method, "--port", "0"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode != 0
-    assert "--speculative" in r.stderr
+    return r.stderr
+
+
+def test_unknown_method_is_refused():
+    assert "--speculative" in serve_refused("eagle")
 
 
 def test_mtp_without_the_mtp_layer_is_refused():
     # The bundled tiny-v4 has no mtp.0 (num_nextn_predict_layers 0): a clear error at start, not a
     # server without its drafter. (The MTP drafter itself: test_runtime SpecDecode.Mtp*.)
-    require_serve()
-    binary = os.environ.get("DIL_BIN", DEFAULT_BIN)
-    r = subprocess.run([binary, "serve", "--speculative", "mtp", "--port", "0"], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode != 0
-    assert "MTP layer" in r.stderr, r.stderr
+    err = serve_refused("mtp")
+    assert "MTP layer" in err, err
