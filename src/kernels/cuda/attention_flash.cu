@@ -137,23 +137,6 @@ __device__ __forceinline__ int issue_tile(const AttnParams<bf16_t>& P, int t, in
 // V4.1 main KV: 752 + i/2, 1008 + i/16). Phase 1 writes [512, 1024) after all its reads; the
 // V4 rope dims are already in place (packed_base). Warp-collective (a row's threads share a
 // warp); a warp without packed rows returns at once.
-__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {  // exact inputs: the conversion only packs
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ uint4 e4m3x8_to_bf16(uint2 c, float sc) {
-  const float2 a = kv_e4m3x2(uint16_t(c.x)), b = kv_e4m3x2(uint16_t(c.x >> 16));
-  const float2 e = kv_e4m3x2(uint16_t(c.y)), g = kv_e4m3x2(uint16_t(c.y >> 16));
-  return make_uint4(bf16x2_rn(a.x * sc, a.y * sc), bf16x2_rn(b.x * sc, b.y * sc), bf16x2_rn(e.x * sc, e.y * sc),
-                    bf16x2_rn(g.x * sc, g.y * sc));
-}
-__device__ __forceinline__ uint4 e2m1x8_to_bf16(uint32_t w, float sc) {
-  uint32_t o[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) o[i] = bf16x2_rn(kv_e2m1(w >> (8 * i)) * sc, kv_e2m1(w >> (8 * i + 4)) * sc);
-  return make_uint4(o[0], o[1], o[2], o[3]);
-}
 __device__ __forceinline__ void convert_packed_row(const AttnParams<bf16_t>& P, uint16_t* tile, int kind) {
   if (!__any_sync(0xffffffffu, kind >= 2)) return;  // no packed row in this warp
   const int r = threadIdx.x / kThreadsPerRow, part = threadIdx.x % kThreadsPerRow;
@@ -186,7 +169,7 @@ __device__ __forceinline__ void convert_packed_row(const AttnParams<bf16_t>& P, 
       const int seg = (ph * kPer + j) * kThreadsPerRow + part;
       if (8 * seg < nq)
         *reinterpret_cast<uint4*>(slot + 16 * seg) =
-            fp4 ? e2m1x8_to_bf16(raw[j].x, kv_e4m3x2(uint16_t(sb[j])).x) : e4m3x8_to_bf16(raw[j], kv_e8m0(uint8_t(sb[j])));
+            fp4 ? kv_e2m1x8_bf16(raw[j].x, kv_e4m3x2(uint16_t(sb[j])).x) : kv_e4m3x8_bf16(raw[j], kv_e8m0(uint8_t(sb[j])));
     }
     __syncwarp();
   }

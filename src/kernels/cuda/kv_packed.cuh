@@ -142,8 +142,11 @@ __device__ __forceinline__ float kv_e8m0(uint8_t b) { return b ? __uint_as_float
 __device__ __forceinline__ float2 kv_e4m3x2(uint16_t codes) {
   return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes), __NV_E4M3)));
 }
-__device__ __forceinline__ uint32_t kv_bf16x2(float lo, float hi) {  // both exact in bf16: truncation
-  return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+// Two values exact in bf16 packed as bf16x2 (lo in the low half): one cvt, which only packs.
+__device__ __forceinline__ uint32_t kv_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
 }
 // 8 e4m3 codes (a uint2, dim order) times a scale -> 8 bf16.
 __device__ __forceinline__ uint4 kv_e4m3x8_bf16(uint2 c, float sc) {
@@ -157,6 +160,14 @@ __device__ __forceinline__ float kv_e2m1(uint32_t nib) {
   const uint32_t em = nib & 7u;
   const uint32_t mag = em >= 2 ? (((em >> 1) + 126u) << 23) | ((em & 1u) << 22) : em == 1 ? (126u << 23) : 0u;
   return __uint_as_float(mag | ((nib & 8u) << 28));
+}
+
+// 8 e2m1 codes (a word, dim 2k in the low nibble of byte k) times a scale -> 8 bf16.
+__device__ __forceinline__ uint4 kv_e2m1x8_bf16(uint32_t w, float sc) {
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) o[i] = kv_bf16x2(kv_e2m1(w >> (8 * i)) * sc, kv_e2m1(w >> (8 * i + 4)) * sc);
+  return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
 // Dims [8 seg, 8 seg + 8) of a packed row as 8 bf16 values (uint4, dim order), equal to
@@ -183,10 +194,7 @@ __device__ __forceinline__ uint4 kv_unpack8_bf16(const KvRow& s, const uint8_t* 
       const uint32_t w = *reinterpret_cast<const uint32_t*>(row + c0 / 2);  // 8 nibbles, dim 2k low
       const uint8_t sb = row[s.d / 2 + c0 / (e4m3 ? 16 : 32)];
       const float sc = e4m3 ? kv_e4m3x2(sb).x : kv_e8m0(sb);
-      uint32_t o[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[i] = kv_bf16x2(kv_e2m1(w >> (8 * i)) * sc, kv_e2m1(w >> (8 * i + 4)) * sc);
-      return make_uint4(o[0], o[1], o[2], o[3]);
+      return kv_e2m1x8_bf16(w, sc);
     }
   }
   return make_uint4(0u, 0u, 0u, 0u);
