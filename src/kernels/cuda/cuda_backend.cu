@@ -63,6 +63,7 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(c_.stream);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     c_.expert_tables.clear();
+    c_.moe_wg.clear();
     owned_.clear();
     c_.lt_workspace.reset();
     cublasLtDestroy(c_.lt);

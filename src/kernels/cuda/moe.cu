@@ -15,6 +15,7 @@
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/gemv_fast.cuh"
 #include "kernels/cuda/moe_mma.cuh"
+#include "kernels/cuda/moe_wgmma.cuh"
 
 namespace dil::cuda {
 namespace {
@@ -284,9 +285,16 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   // As linear(): activations are quantized only in front of FP8/FP4 weights.
   const Weight::Kind kind = (*a.w1)[0].kind;
   const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
-  DIL_CHECK(impl == "mma_bf16" || impl == "simt" || impl == "gemv", "moe_experts: implementation '", impl,
-            "' has no launcher");
-  const bool mma_ok = impl == "mma_bf16";
+  DIL_CHECK(impl == "wgmma" || impl == "mma_bf16" || impl == "simt" || impl == "gemv",
+            "moe_experts: implementation '", impl, "' has no launcher");
+  // wgmma (fast numerics, moe_wgmma.cu): the same 128-row tile map; an expert list whose FP4
+  // block scales do not convert to e4m3 exactly runs the BF16 tensor-core path below instead.
+  const bool wg = impl == "wgmma";
+  if (wg)
+    DIL_CHECK(quant && a.x.dtype == DType::BF16 && moe_wgmma_fits(*a.w1, *a.w2, *a.w3, a.act_block),
+              "moe_experts: the planned wgmma path cannot run these experts (FP4, bf16 tokens, act_block 128 or 32, "
+              "widths multiples of 128, 16-byte aligned weights)");
+  const bool mma_ok = impl == "mma_bf16" || wg;
   // gemv (fast numerics, decode sizes: moe_gemv.cu): tiles of kGvMoeRows rows, the tokens
   // QDQ'd into bf16 as for the tensor-core path.
   const bool gv = impl == "gemv";
@@ -335,6 +343,34 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   moe_scatter_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, k, a.expert_offset, E, I);
   DIL_LAUNCH_CHECK("moe_scatter_kernel");
 
+  const MoeTileMap map{I.offsets, I.tile_e, I.tile_r0, I.n_tiles};
+  if (wg) {
+    static_assert(kWgBM == kMmaBM, "wgmma and its fallback share the tile map");
+    MoeWgmmaCall w;
+    w.x = a.x.ptr<bf16_t>();
+    w.T = T;
+    w.D = D;
+    w.I = Idim;
+    w.k = k;
+    w.E = E;
+    w.act_block = a.act_block;
+    w.lim = a.swiglu_limit;
+    w.route_w = a.route_w.ptr<float>();
+    w.sorted_tok = I.sorted_tok;
+    w.sorted_pair = I.sorted_pair;
+    w.pos_of = I.pos_of;
+    w.map = map;
+    w.max_tiles = max_tiles;
+    w.t1 = t1;
+    w.t2 = t2;
+    w.t3 = t3;
+    w.w1 = a.w1;
+    w.w2 = a.w2;
+    w.w3 = a.w3;
+    w.out = a.out;
+    if (moe_wgmma(c, w)) return;
+  }
+
   // The tokens' rows as the GEMMs read them, shared by every expert they visit: FP8-QDQ'd
   // (quant) straight from x's dtype into BF16 bits (tensor-core path, exact) or f32 (SIMT);
   // unquantized bf16 tokens widened into f32 scratch for the SIMT kernels.
@@ -363,7 +399,6 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   } else {
     x = a.x.ptr<float>();
   }
-  const MoeTileMap map{I.offsets, I.tile_e, I.tile_r0, I.n_tiles};
   // Sorted rows are bounded by Tk; buffers sized for that.
   Buffer gb = c.scratch(size_t(Tk * Idim) * 4), ub = c.scratch(size_t(Tk * Idim) * 4);
   float* g = static_cast<float*>(gb.data());

@@ -5,7 +5,7 @@
 // The limits here are the kernels' compile-time constants (attention_mma.cu kD/kHeads,
 // attention_flash.cuh kFlashHeads/kFlashD,
 // indexer_mma.cu kDi/kMaxHeads, indexer_fp8.cu kDi, indexer.cu kMaxQ/kMaxTopk,
-// topk_rows.h kTopkRowsMaxK, moe_mma.cuh kMmaBK, attention.cu
+// topk_rows.h kTopkRowsMaxK, moe_mma.cuh kMmaBK, moe_wgmma.cuh (128-wide blocks), attention.cu
 // kMaxD, mhc.cu kMaxMix, mhc_fast.cu kN/kKc/kMaxGroups, gemv_fast.cuh kGvMaxRows/kGvMaxK): change both together.
 #include "kernels/cuda/registry.h"
 
@@ -162,6 +162,14 @@ Reqs moe_mma(const OpSite& s) {
           need(s.n % 32 == 0 && s.k % 32 == 0, "D and the expert width multiples of 32"), act_f32_or_bf16(s)};
 }
 
+// moe_wgmma.cuh: FP8 wgmma for act_block 128 (V4), BF16 wgmma for 32 (V4.1); 128-wide blocks.
+Reqs moe_wg(const OpSite& s) {
+  return {need(s.numerics == Numerics::Fast, "fast numerics (bf16 tokens, tensor-core accumulation)"),
+          need(s.act == DType::BF16, "bf16 tokens"), need(s.wkind == kFP4, "FP4 experts"),
+          need(s.act_block == 128 || s.act_block == 32, "activations FP8-quantized per 128 or per 32"),
+          need(s.n % 128 == 0 && s.k % 128 == 0, "D and the expert width multiples of 128"), act_f32_or_bf16(s)};
+}
+
 Reqs moe_gemv(const OpSite& s) {
   return {need(s.numerics == Numerics::Fast, "fast numerics (bf16 tokens, f32 accumulation)"),
           need(s.act == DType::BF16, "bf16 tokens"), need(s.wkind == kFP4, "FP4 experts"),
@@ -202,6 +210,16 @@ std::vector<KernelImpl> build() {
   // of h per element (the SIMT bound allows one at 5e-3).
   const Tolerance moe_tensor_cores = derived_tolerance(6e-3, 2e-2, false, "tests/cuda/test_moe_mma.cpp",
                                                        "rounding flips of g, u, h and y");
+  // FP8 wgmma (moe_wgmma.cu): each 128-K partial sum formed in the tensor core with 13 fraction
+  // bits below the largest term of each k32 step (33 terms, 4 steps), so g and u deviate by up to
+  // ~2^-13 x 33 x 4 of a block's largest partial (1.6e-2, worst case) and ~4e-4 in L2 (random
+  // signs; test_cutlass.cpp). Carried through the roundings: h's e4m3 QDQ (3 mantissa bits,
+  // spacing 2^-3 relative) flips with probability ~ 2 x 4e-4 / 2^-3 ~ 0.6%, each flip one e4m3
+  // step, so y moves by sqrt(0.006) x 2^-3 ~ 1e-2 of |y| in L2: rel 2e-2 leaves 2x; per element
+  // a few flips of the largest |w2 h| terms, 5e-2 of max|y|. The per-element bound itself is
+  // evaluated from the data in the test (dot_fp8 and the interval replay of the roundings).
+  const Tolerance moe_wgmma_bound = derived_tolerance(2e-2, 5e-2, false, "tests/cuda/test_moe_mma.cpp",
+                                                      "FP8 accumulation, rounding and e4m3 flips of g, u, h and y");
   // GEMV: |err| <= (V + C/32 + 13) 2^-24 sum|x w| per element (f32 accumulation depth; V values
   // per 16-byte chunk, C chunks per row), + one bf16 ulp of a bf16 output. As numbers: depth <= 40
   // at K <= 8192 gives 2.4e-6 sum|x w|, and sum|x w| stays within ~64 |y| on non-cancelling rows.
@@ -301,6 +319,14 @@ std::vector<KernelImpl> build() {
        "(tile, column block), w1 and w3 rows in one pass with SwiGLU (fast bf16 roundings) fused, FP8 QDQ of h, w2 GEMV, "
        "combine; each active expert's weights streamed once", moe_gemv, 0,
        moe_gemv_bound, "tests/cuda/test_moe_gemv.cpp", 64},
+      {"moe_experts", "wgmma", "device counting sort, tokens quantized into expert order, persistent warp-specialized "
+       "grouped GEMMs over (128-row tile, 128 weight rows): FP4 tiles by TMA (a tensor map per expert, made once per "
+       "list), a converter warpgroup converts them in shared memory through byte-permute tables (act 128: to e4m3 with "
+       "one power-of-two scale per 128x128 block, exact within 14 binades, else the list runs mma_bf16; act 32: to "
+       "BF16), tokens by TMA (prefetched into L2 with the weights), two "
+       "warpgroups of wgmma (FP8 with f32 promotion per 128 K, or BF16); w1 and w3 in one GEMM with SwiGLU, the "
+       "routing weight and the bf16 roundings in its epilogue, bf16 y, combine in slot order", moe_wg, 0,
+       moe_wgmma_bound, "tests/cuda/test_moe_mma.cpp"},
       {"moe_experts", "mma_bf16", "device counting sort, 128x128 tiles, FP4 weights dequantized to BF16 in shared "
        "memory, activations QDQ'd straight into BF16, mma.sync BF16 -> f32; SwiGLU, QDQ of h, combine (fast: the "
        "official BF16 roundings of g, u, h and each expert output)", moe_mma, 0, moe_tensor_cores,

@@ -1,0 +1,161 @@
+// Hopper (sm_90a) primitives shared by the warpgroup kernels (moe_wgmma.cu): shared-memory
+// matrix descriptors, wgmma, mbarriers, TMA tile loads and the tensor maps they read. Written
+// here from the PTX ISA (9.7.15 wgmma, 9.7.9.25 cp.async.bulk.tensor, 9.7.13.15 mbarrier); only
+// the instruction shapes the kernels use. Device code compiles for sm_90a only (wgmma and
+// setmaxnreg do not exist on plain sm_90); the host helpers compile everywhere.
+#pragma once
+#include <cuda.h>  // CUtensorMap (a plain struct; no driver library is linked: see make_tmap_2d)
+
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+
+namespace dil::cuda::sm90 {
+
+// ---- host ----
+// A 2D tiled tensor map over a row-major [outer, inner] tensor of `elem_bytes`-byte elements
+// with rows `row_bytes` apart (a multiple of 16), box [box_outer, box_inner] (inner first), the
+// given swizzle, out-of-bounds elements read as zero. cuTensorMapEncodeTiled comes from the
+// driver through the runtime's entry-point query, so no library beyond cudart is linked.
+CUtensorMap make_tmap_2d(const void* base, CUtensorMapDataType dt, uint64_t inner, uint64_t outer,
+                         uint64_t row_bytes, uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle sw);
+
+// ---- device ----
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// mbarrier (CTA scope). A phase completes when its pending arrivals reach zero and its
+// transaction count is zero; waits name the phase parity they wait for.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// One arrival that also expects `bytes` more of transactions (TMA completions) this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+// With a suspend-time hint (10 ms, CUTLASS's value): a waiting thread sleeps until the phase
+// completes instead of returning at once, so waiting warps do not spin (their try_wait loops
+// took issue slots and shared-memory bandwidth from the converters).
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(smem_u32(bar)), "r"(parity), "r"(0x989680u)
+      : "memory");
+  return ok != 0;
+}
+// Waits until the phase of parity `parity` has completed. On a fresh barrier (phase 0 in
+// progress) parity 1 counts as completed: a producer's first wait on an empty slot returns.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// TMA: box at coordinates (c0 inner, c1 outer) of `map` into shared memory, completing
+// `bytes of the box` of transactions on `bar`. The map is a __grid_constant__ kernel parameter.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+// The same box into L2 only (no shared memory, no barrier): a later tma_load_2d of it hits L2.
+__device__ __forceinline__ void tma_prefetch_2d(const CUtensorMap* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void prefetch_tmap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// Ordinary shared-memory stores that wgmma (the async proxy) reads next: each writing thread
+// fences before the barrier that publishes them.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Named barrier over `threads` threads (a multiple of 32), id 1..15 (0 is __syncthreads).
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Register budget per warpgroup (takes effect with a __launch_bounds__(threads, 1) cap).
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+// Shared-memory matrix descriptor of a K-major tile whose rows are 128 bytes, stored with the
+// 128-byte swizzle (TMA's CU_TENSOR_MAP_SWIZZLE_128B: the 16-byte chunk c of row r sits at
+// chunk c ^ (r % 8)), groups of 8 rows 1024 bytes apart; the tile starts 1024-byte aligned.
+// Bits: start address >> 4 [0, 14), leading byte offset >> 4 [16, 30) (unused for swizzled
+// K-major layouts: 1), stride byte offset >> 4 [32, 46) = 64, base offset [49, 52) = 0,
+// layout [62, 64) = 1 (128-byte swizzle). A k step of 32 bytes inside the row adds 2 to the
+// start address field (the hardware applies the swizzle to the computed addresses).
+__device__ __forceinline__ uint64_t desc_k128b(uint32_t smem_addr) {
+  return uint64_t((smem_addr & 0x3ffffu) >> 4) | (uint64_t(1) << 16) | (uint64_t(64) << 32) | (uint64_t(1) << 62);
+}
+// Byte offset of the 16-byte chunk `c` of row `r` in such a tile.
+__device__ __forceinline__ uint32_t sw128_offset(int r, int c) { return uint32_t(r * 128 + ((c ^ (r & 7)) << 4)); }
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of accumulator registers across wgmma issue / wait
+// (the asm statements do not tell it the registers change asynchronously).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define DIL_WGMMA_D64 \
+      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),  \
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),  \
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),  \
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),  \
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+// d[64] (+)= A[64 x 32] . B[32 x 128]^T, e4m3 operands, f32 accumulation (m64n128k32). A and B
+// K-major in shared memory (descriptors above). Accumulator layout (g = lane / 4, t = lane % 4,
+// w = warp in the warpgroup): d[4j + 0, 1] = row 16w + g, columns 8j + 2t, + 1; d[4j + 2, 3] =
+// row 16w + g + 8, same columns. accumulate = 0 overwrites d.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+      : DIL_WGMMA_D64
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+// The same for BF16 operands (m64n128k16; both K-major: transpose flags 0).
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : DIL_WGMMA_D64
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+#undef DIL_WGMMA_D64
+
+// prmt.b32 (generic mode): byte i of the result is byte (s >> 4i) & 7 of {b:a} (a bytes 0-3,
+// b bytes 4-7), or, where bit 3 of that selector nibble is set, that byte's sign bit copied to
+// all 8 bits.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(s));
+  return d;
+}
+
+}  // namespace dil::cuda::sm90
