@@ -83,6 +83,40 @@ float block_scale(float amax) { return pow2_ceil(std::max(amax, 1e-4f) * (1.0f /
 struct Dot {
   double sum = 0, bound = 0;
 };
+// The FP8 path of `wgmma` (act_block 128, moe_wgmma.cu): each 128-K block's partial sum is
+// formed by 4 k32 e4m3 wgmma steps in the tensor core's accumulator, which aligns the step's 32
+// exact products and the running partial to the largest exponent among them and keeps 13
+// fraction bits below it (test_cutlass.cpp's model, the ~14-bit accumulation of the DeepSeek-V3
+// report): each of the 33 terms loses less than 2^-13 M_j, M_j the step's largest magnitude.
+// The partial is then added to the f32 accumulator with one fmaf of the two power-of-two
+// scales (one f32 rounding, 2^-24 of the running sum). Magnitudes are taken on the exact
+// values plus their possible deviation dx and scaled by 1.01 (the partials' own drift).
+Dot dot_fp8(const float* x, const double* dx, const float* w, int64_t K) {
+  Dot r;
+  double P = 0, D = 0, err = 0;
+  for (int64_t b0 = 0; b0 < K; b0 += 128) {
+    double part = 0;  // |exact partial| of the block so far (plus deviations)
+    for (int64_t s0 = b0; s0 < std::min(K, b0 + 128); s0 += 32) {
+      double m = part;
+      double step = 0;
+      for (int64_t k = s0; k < std::min(K, s0 + 32); ++k) {
+        const double ex = dx ? dx[k] : 0.0;
+        const double t = (std::fabs(double(x[k])) + ex) * std::fabs(double(w[k]));
+        m = std::max(m, t);
+        step += double(x[k]) * w[k];
+        P += double(x[k]) * w[k];
+        D += ex * std::fabs(double(w[k]));
+      }
+      err += 33.0 * 0x1p-13 * 1.01 * m;
+      part = std::fabs(part) + std::fabs(step);
+    }
+    err += 0x1p-24 * (std::fabs(P) + D + err);  // the f32 promotion of the block
+  }
+  r.sum = P;
+  r.bound = D + err;
+  return r;
+}
+
 Dot dot(const float* x, const double* dx, const float* w, int64_t K) {
   Dot r;
   double P = 0, D = 0, steps = 0;
@@ -188,6 +222,12 @@ class CudaMoeMma : public CudaParity {
     const std::string impl =
         gpu->impl_for(moe_experts_site(g1[0], c.act, ga.x.dtype, DType::F32, gpu->numerics()), T).name;
     const auto got_all = down<float>(ga.out);
+    // The accumulation model of the implementation that ran: FP8 wgmma (wgmma at act_block 128),
+    // else BF16 tensor-core instructions of 16 products (mma_bf16, and wgmma's BF16 path).
+    const bool fp8_acc = impl == "wgmma" && c.act == 128;
+    auto dotm = [&](const float* xv, const double* dxv, const float* wv, int64_t K) {
+      return fp8_acc ? dot_fp8(xv, dxv, wv, K) : dot(xv, dxv, wv, K);
+    };
 
     // CPU reference for the checked tokens.
     const int64_t C = int64_t(c.check.size());
@@ -238,8 +278,8 @@ class CudaMoeMma : public CudaParity {
         const Dense &w1 = q1[size_t(e % c.sets)], &w2 = q2[size_t(e % c.sets)], &w3 = q3[size_t(e % c.sets)];
         const float rwv = rwc[size_t(j * k + slot)];
         for (int64_t n = 0; n < I; ++n) {
-          const Dot dg = dot(xq.data(), nullptr, w1.v.data() + n * D, D);
-          const Dot du = dot(xq.data(), nullptr, w3.v.data() + n * D, D);
+          const Dot dg = dotm(xq.data(), nullptr, w1.v.data() + n * D, D);
+          const Dot du = dotm(xq.data(), nullptr, w3.v.data() + n * D, D);
           float gv = float(dg.sum), uv = float(du.sum);
           double eg = dg.bound + 0x1p-24 * std::fabs(dg.sum), eu = du.bound + 0x1p-24 * std::fabs(du.sum);
           if (c.fast) {  // g, u rounded to bf16 on both sides
@@ -293,7 +333,7 @@ class CudaMoeMma : public CudaParity {
           }
         }
         for (int64_t n = 0; n < D; ++n) {
-          const Dot dy = dot(q.data(), dq.data(), w2.v.data() + n * I, I);
+          const Dot dy = dotm(q.data(), dq.data(), w2.v.data() + n * I, I);
           float yv = float(dy.sum);
           double ey = dy.bound + 0x1p-23 * std::fabs(dy.sum);
           if (c.fast) {  // each slot's y rounded to bf16 on both sides
@@ -337,14 +377,32 @@ class CudaMoeMma : public CudaParity {
                 bad == 0 ? "ok" : "FAIL");
     std::fflush(stdout);
     EXPECT_EQ(bad, 0u) << c.what << ": " << bad << " elements over the derived bound (or non-finite)";
-    EXPECT_EQ(impl, "mma_bf16") << c.what;
+    if (!forced("moe_experts")) {  // the plan's choice: wgmma where it runs the shapes (fast numerics)
+      const bool wg_fits = c.fast && D % 128 == 0 && I % 128 == 0;
+      EXPECT_EQ(impl, c.fast && T <= 64 ? "gemv" : wg_fits ? "wgmma" : "mma_bf16") << c.what;
+    }
     // The SIMT kernels are bit-identical to the reference (double sums); f32 accumulation over
     // K >= 224 terms is not, so equal outputs everywhere would mean the tensor-core path did not
     // run. (In fast numerics the bf16 roundings hide most accumulation differences: not checked.)
     if (!c.fast) {
       EXPECT_GT(differ, 0u) << c.what << ": output bit-identical to the CPU: the tensor-core path did not run";
     }
-    if (c.fast) {
+    if (c.fast && impl == "wgmma") {
+      // Every slot's y is rounded to bf16 (the w2 epilogue), so a token with one routed slot
+      // has a bf16-exact output; the FP8 accumulation's flips make the quarter-distance check
+      // below meaningless for this path (its errors are of the order of the roundings).
+      size_t one = 0, not_bf16 = 0;
+      for (int64_t j = 0; j < C; ++j) {
+        int routed = 0;
+        for (int slot = 0; slot < k; ++slot) routed += ic[size_t(j * k + slot)] >= 0 && ic[size_t(j * k + slot)] < c.E;
+        if (routed != 1) continue;
+        ++one;
+        for (int64_t n = 0; n < D; ++n) not_bf16 += round_bf16(got[size_t(j * D + n)]) != got[size_t(j * D + n)];
+      }
+      std::printf("PARITY | %-22s | %-34s | %zu one-slot tokens, %zu outputs not bf16-exact | %s\n", "moe_experts wgmma",
+                  c.what.c_str(), one, not_bf16, not_bf16 == 0 ? "ok" : "FAIL");
+      EXPECT_EQ(not_bf16, 0u) << c.what << ": y not rounded to bf16";
+    } else if (c.fast) {
       // The bound above is wide at the real shapes (its worst-case accumulation term exceeds a
       // bf16 ulp, so every rounding may flip in it), too wide to see whether the roundings
       // happened at all. They are where fast numerics departs from the unrounded computation
@@ -462,6 +520,41 @@ TEST_F(CudaMoeMma, FastTileEdges) {
   std::iota(all.begin(), all.end(), 0);
   run({"fast edges E13 rows 0..300 act128", 288, 224, E, 128, int(E), r, all, false, true}, 680);
   run({"fast edges E13 act32 scales 0 / 129..140", 288, 224, E, 32, int(E), r, all, true, true}, 690);
+}
+
+// The wgmma path (fast numerics, widths multiples of 128) at the tile edges: experts with 0, 1,
+// 15/16/17, 63/64/65 (one or both MMA warpgroups), 127/128/129 (one or two tiles) and 300 rows;
+// D = 512 and I = 256: 4 weight-row blocks per tile in both GEMMs, 4 / 2 FP8 steps (8 / 4 BF16).
+// act 128 runs the FP8 path, act 32 the BF16 path; the odd scales (0 and 129..140 in one block)
+// cannot be converted to e4m3 exactly, so that list runs the BF16 tensor-core fallback.
+TEST_F(CudaMoeMma, FastWgmmaTileEdges) {
+  const std::vector<int> counts = {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 300, 0};
+  const int k = 2;
+  std::vector<int32_t> pairs;
+  for (size_t e = 0; e < counts.size(); ++e) pairs.insert(pairs.end(), size_t(counts[e]), int32_t(e));
+  while (pairs.size() % k != 0 || pairs.size() < 928) pairs.push_back(-1);
+  std::mt19937 rng(693);
+  std::shuffle(pairs.begin(), pairs.end(), rng);
+  const int64_t T = int64_t(pairs.size()) / k;
+  const int64_t E = int64_t(counts.size());
+  Routing r{T, k, pairs};
+  std::vector<int64_t> all(static_cast<size_t>(T));
+  std::iota(all.begin(), all.end(), 0);
+  run({"fast wgmma edges E13 D512 I256 act128", 512, 256, E, 128, int(E), r, all, false, true}, 694);
+  run({"fast wgmma edges E13 D512 I256 act32", 512, 256, E, 32, int(E), r, all, false, true}, 695);
+  run({"fast wgmma edges act128 odd scales", 512, 256, E, 128, int(E), r, all, true, true}, 696);
+}
+
+// Many tiles per expert and a full persistent schedule: 2,048 tokens, k = 6 over 64 experts of
+// V4-Flash's shape (~192 rows each, two tiles; slot 0 on 3 hot experts: ~880 rows, 7 tiles).
+TEST_F(CudaMoeMma, FastWgmmaManyTiles) {
+  const int64_t T = 2048, E = 64;
+  run({"fast wgmma v4 E64 T=2048", 4096, 2048, E, 128, 2, random_routing(T, 6, E, 3, 697), spread(T, 24), false,
+       true},
+      698);
+  run({"fast wgmma v41 E64 T=2048", 5120, 2304, E, 32, 2, random_routing(T, 6, E, 3, 699), spread(T, 24), false,
+       true},
+      700);
 }
 
 }  // namespace
