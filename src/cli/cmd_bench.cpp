@@ -71,6 +71,7 @@ struct BenchModelOptions {
   int block_tokens = CacheSpec{}.block_tokens;
   bool no_replay = !ModelOptions{}.decoder_replay;
   bool plain_kv = false;  // bf16 / f32 cache rows instead of the official packed ones (a baseline)
+  std::string kernels;    // forced implementations (op=impl,...): a baseline of a planned kernel
   LaunchRequest launch;
 };
 struct BenchPrefillOptions : BenchModelOptions {
@@ -247,7 +248,7 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   const std::string& cfg_path = o.config;
   ModelConfig cfg = load_config(cfg_path);
   int launcher_status = 0;
-  auto run = start_dist(o.launch, o.device, prog, &launcher_status);
+  auto run = start_dist(o.launch, o.device, prog, &launcher_status, o.kernels);
   if (!run) return launcher_status;
   Backend* be = run->be.get();
   const bool quiet = run->rank() != 0;
@@ -476,6 +477,9 @@ void add_model_options(CLI::App* c, BenchModelOptions& o) {
              "(the baseline of the packed storage)");
   add_switch(c, "--no-replay", o.no_replay,
              "V4.1: every layer on every new token (no decoder replay), the baseline of the replay's gain");
+  c->add_option("--kernels", o.kernels,
+                 "forced implementations, op=impl[,op=impl...] (e.g. moe_experts=mma_bf16: the baseline of a planned "
+                 "kernel in the same job)");
   add_launch_options(c, o.launch, true);
   require(c, {"--config"});
 }

@@ -2,13 +2,14 @@
 
 #include <cstdio>
 
+#include "backend/plan.h"
 #include "cli/ids.h"
 #include "cli/load_report.h"
 
 namespace dil::cli {
 
 std::unique_ptr<DistRun> start_dist(const LaunchRequest& req, const std::string& device, const ProgramArgs& prog,
-                                    int* launcher_status) {
+                                    int* launcher_status, const std::string& kernels) {
   auto r = std::make_unique<DistRun>();
   r->req = req;
   r->plan = plan_launch(r->req);
@@ -16,7 +17,9 @@ std::unique_ptr<DistRun> start_dist(const LaunchRequest& req, const std::string&
     *launcher_status = spawn_ranks(r->plan, r->req, prog.argc, prog.argv);
     return nullptr;
   }
-  r->be = make_backend(parse_backend_kind(device), r->plan.local_rank);
+  BackendOptions bo;
+  if (!kernels.empty()) parse_kernel_overrides(kernels, &bo);
+  r->be = make_backend(parse_backend_kind(device), r->plan.local_rank, bo);
   if (r->plan.dist.size > 1) r->comm = make_communicator(*r->be, r->plan.dist);
   return r;
 }

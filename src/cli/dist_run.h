@@ -27,8 +27,10 @@ struct DistRun {
 // Returns nullptr when this process is the launcher (it re-executed `prog` once per local
 // rank; *launcher_status is the job's exit status); otherwise the backend (`device`, on this
 // rank's GPU) and communicator of this rank.
+// `kernels`: forced implementations, op=impl[,op=impl...] (parse_kernel_overrides), for
+// benchmark baselines measured in the same run.
 std::unique_ptr<DistRun> start_dist(const LaunchRequest& req, const std::string& device, const ProgramArgs& prog,
-                                    int* launcher_status);
+                                    int* launcher_status, const std::string& kernels = "");
 
 // The model in folder `dir` on this rank's backend, with `numerics` and expert parallelism
 // over the job's ranks. Rank 0 prints the load progress and the final load line (stderr).
