@@ -142,6 +142,28 @@ struct Routing {
   std::vector<int32_t> idx;  // [T, k]
 };
 
+// The tile-edge routing: 13 experts with 0, 1, 15/16/17, 63/64/65, 127/128/129, 300 and 0 rows,
+// k = 2, padded to 928 pairs with unrouted slots (they contribute nothing), shuffled by `seed`:
+// 464 tokens. `all` lists every token (all are checked).
+struct EdgeRouting {
+  Routing r;
+  int64_t E;
+  std::vector<int64_t> all;
+};
+EdgeRouting edge_routing(uint32_t seed) {
+  const std::vector<int> counts = {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 300, 0};  // rows of each expert
+  const int k = 2;
+  std::vector<int32_t> pairs;
+  for (size_t e = 0; e < counts.size(); ++e) pairs.insert(pairs.end(), size_t(counts[e]), int32_t(e));
+  while (pairs.size() % k != 0 || pairs.size() < 928) pairs.push_back(-1);
+  std::mt19937 rng(seed);
+  std::shuffle(pairs.begin(), pairs.end(), rng);
+  const int64_t T = int64_t(pairs.size()) / k;
+  std::vector<int64_t> all(static_cast<size_t>(T));
+  std::iota(all.begin(), all.end(), 0);
+  return {Routing{T, k, pairs}, int64_t(counts.size()), all};
+}
+
 struct MmaCase {
   std::string what;
   int64_t D, I, E;
@@ -468,18 +490,10 @@ TEST_F(CudaMoeMma, V41Shape) {
 // stages; D = 288 = 2 x 128 + 32 columns and 9 k stages: odd stage counts end on the second
 // buffer); act_block 128 with a ragged last block of 32, and act_block 32.
 TEST_F(CudaMoeMma, TileEdges) {
-  const std::vector<int> counts = {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 300, 0};  // rows of each expert
-  const int k = 2;
-  std::vector<int32_t> pairs;
-  for (size_t e = 0; e < counts.size(); ++e) pairs.insert(pairs.end(), size_t(counts[e]), int32_t(e));
-  while (pairs.size() % k != 0 || pairs.size() < 928) pairs.push_back(-1);  // padding slots: contribute nothing
-  std::mt19937 rng(603);
-  std::shuffle(pairs.begin(), pairs.end(), rng);
-  const int64_t T = int64_t(pairs.size()) / k;  // 928 pairs (925 routed), 464 tokens
-  const int64_t E = int64_t(counts.size());
-  Routing r{T, k, pairs};
-  std::vector<int64_t> all(static_cast<size_t>(T));
-  std::iota(all.begin(), all.end(), 0);
+  const EdgeRouting er = edge_routing(603);
+  const Routing& r = er.r;
+  const int64_t E = er.E;
+  const std::vector<int64_t>& all = er.all;
   run({"edges E13 rows 0..300 act128", 288, 224, E, 128, int(E), r, all}, 630);
   run({"edges E13 rows 0..300 act32", 288, 224, E, 32, int(E), r, all}, 640);
   run({"edges E13 act32 scales 0 / 129..140", 288, 224, E, 32, int(E), r, all, true}, 650);
@@ -506,18 +520,10 @@ TEST_F(CudaMoeMma, FastV41ShapeAndDecode) {
 }
 
 TEST_F(CudaMoeMma, FastTileEdges) {
-  const std::vector<int> counts = {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 300, 0};  // as TileEdges
-  const int k = 2;
-  std::vector<int32_t> pairs;
-  for (size_t e = 0; e < counts.size(); ++e) pairs.insert(pairs.end(), size_t(counts[e]), int32_t(e));
-  while (pairs.size() % k != 0 || pairs.size() < 928) pairs.push_back(-1);
-  std::mt19937 rng(683);
-  std::shuffle(pairs.begin(), pairs.end(), rng);
-  const int64_t T = int64_t(pairs.size()) / k;
-  const int64_t E = int64_t(counts.size());
-  Routing r{T, k, pairs};
-  std::vector<int64_t> all(static_cast<size_t>(T));
-  std::iota(all.begin(), all.end(), 0);
+  const EdgeRouting er = edge_routing(683);
+  const Routing& r = er.r;
+  const int64_t E = er.E;
+  const std::vector<int64_t>& all = er.all;
   run({"fast edges E13 rows 0..300 act128", 288, 224, E, 128, int(E), r, all, false, true}, 680);
   run({"fast edges E13 act32 scales 0 / 129..140", 288, 224, E, 32, int(E), r, all, true, true}, 690);
 }
@@ -528,18 +534,10 @@ TEST_F(CudaMoeMma, FastTileEdges) {
 // act 128 runs the FP8 path, act 32 the BF16 path; the odd scales (0 and 129..140 in one block)
 // cannot be converted to e4m3 exactly, so that list runs the BF16 tensor-core fallback.
 TEST_F(CudaMoeMma, FastWgmmaTileEdges) {
-  const std::vector<int> counts = {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 300, 0};
-  const int k = 2;
-  std::vector<int32_t> pairs;
-  for (size_t e = 0; e < counts.size(); ++e) pairs.insert(pairs.end(), size_t(counts[e]), int32_t(e));
-  while (pairs.size() % k != 0 || pairs.size() < 928) pairs.push_back(-1);
-  std::mt19937 rng(693);
-  std::shuffle(pairs.begin(), pairs.end(), rng);
-  const int64_t T = int64_t(pairs.size()) / k;
-  const int64_t E = int64_t(counts.size());
-  Routing r{T, k, pairs};
-  std::vector<int64_t> all(static_cast<size_t>(T));
-  std::iota(all.begin(), all.end(), 0);
+  const EdgeRouting er = edge_routing(693);
+  const Routing& r = er.r;
+  const int64_t E = er.E;
+  const std::vector<int64_t>& all = er.all;
   run({"fast wgmma edges E13 D512 I256 act128", 512, 256, E, 128, int(E), r, all, false, true}, 694);
   run({"fast wgmma edges E13 D512 I256 act32", 512, 256, E, 32, int(E), r, all, false, true}, 695);
   run({"fast wgmma edges act128 odd scales", 512, 256, E, 128, int(E), r, all, true, true}, 696);
