@@ -491,12 +491,9 @@ TEST_F(CudaMoeMma, V41Shape) {
 // buffer); act_block 128 with a ragged last block of 32, and act_block 32.
 TEST_F(CudaMoeMma, TileEdges) {
   const EdgeRouting er = edge_routing(603);
-  const Routing& r = er.r;
-  const int64_t E = er.E;
-  const std::vector<int64_t>& all = er.all;
-  run({"edges E13 rows 0..300 act128", 288, 224, E, 128, int(E), r, all}, 630);
-  run({"edges E13 rows 0..300 act32", 288, 224, E, 32, int(E), r, all}, 640);
-  run({"edges E13 act32 scales 0 / 129..140", 288, 224, E, 32, int(E), r, all, true}, 650);
+  run({"edges E13 rows 0..300 act128", 288, 224, er.E, 128, int(er.E), er.r, er.all}, 630);
+  run({"edges E13 rows 0..300 act32", 288, 224, er.E, 32, int(er.E), er.r, er.all}, 640);
+  run({"edges E13 act32 scales 0 / 129..140", 288, 224, er.E, 32, int(er.E), er.r, er.all, true}, 650);
 }
 
 // Fast numerics (bf16 tokens, round_bf16): the same shapes and edges, the bound carried
@@ -521,11 +518,8 @@ TEST_F(CudaMoeMma, FastV41ShapeAndDecode) {
 
 TEST_F(CudaMoeMma, FastTileEdges) {
   const EdgeRouting er = edge_routing(683);
-  const Routing& r = er.r;
-  const int64_t E = er.E;
-  const std::vector<int64_t>& all = er.all;
-  run({"fast edges E13 rows 0..300 act128", 288, 224, E, 128, int(E), r, all, false, true}, 680);
-  run({"fast edges E13 act32 scales 0 / 129..140", 288, 224, E, 32, int(E), r, all, true, true}, 690);
+  run({"fast edges E13 rows 0..300 act128", 288, 224, er.E, 128, int(er.E), er.r, er.all, false, true}, 680);
+  run({"fast edges E13 act32 scales 0 / 129..140", 288, 224, er.E, 32, int(er.E), er.r, er.all, true, true}, 690);
 }
 
 // The wgmma path (fast numerics, widths multiples of 128) at the tile edges: experts with 0, 1,
@@ -535,12 +529,9 @@ TEST_F(CudaMoeMma, FastTileEdges) {
 // cannot be converted to e4m3 exactly, so that list runs the BF16 tensor-core fallback.
 TEST_F(CudaMoeMma, FastWgmmaTileEdges) {
   const EdgeRouting er = edge_routing(693);
-  const Routing& r = er.r;
-  const int64_t E = er.E;
-  const std::vector<int64_t>& all = er.all;
-  run({"fast wgmma edges E13 D512 I256 act128", 512, 256, E, 128, int(E), r, all, false, true}, 694);
-  run({"fast wgmma edges E13 D512 I256 act32", 512, 256, E, 32, int(E), r, all, false, true}, 695);
-  run({"fast wgmma edges act128 odd scales", 512, 256, E, 128, int(E), r, all, true, true}, 696);
+  run({"fast wgmma edges E13 D512 I256 act128", 512, 256, er.E, 128, int(er.E), er.r, er.all, false, true}, 694);
+  run({"fast wgmma edges E13 D512 I256 act32", 512, 256, er.E, 32, int(er.E), er.r, er.all, false, true}, 695);
+  run({"fast wgmma edges act128 odd scales", 512, 256, er.E, 128, int(er.E), er.r, er.all, true, true}, 696);
 }
 
 // Many tiles per expert and a full persistent schedule: 2,048 tokens, k = 6 over 64 experts of

@@ -50,11 +50,9 @@ struct Ctx {
   // address of the checkpoint tensor it derives from (weights live as long as the backend):
   // the f32 block scales [N/128, K/128] of FP8 128x128 weights that cutlass_fp8 reads.
   std::unordered_map<const void*, Buffer> fp8_scales_f32;
-  // moe_experts wgmma (moe_wgmma.cu), per expert list (key: the w1 list's address; `key` holds
-  // the lists' views to notice a list that changed): the largest E8M0 scale of every 128 x 128
-  // block the FP8 path converts with ([E][N/128 blocks][K/128] u32, w1/w3 and w2), and whether
-  // every expert's blocks fit e4m3 (checked once, on the first call).
-  struct MoeWgPrep {  // moe_wgmma.cu: per expert list, made at its first call
+  // moe_experts wgmma (moe_wgmma.cu), per expert list, made at its first call (map key: the w1
+  // list's address; `key`: the w1, w2, w3 views it was made for, to notice a list that changed).
+  struct MoeWgPrep {
     std::vector<WView> key;
     int act_block = 0;
     Buffer maps;          // [3][E] CUtensorMap: the FP4 tiles of w1, w3 and w2 (TMA)
