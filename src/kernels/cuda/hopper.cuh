@@ -6,7 +6,10 @@
 #pragma once
 #include <cuda.h>  // CUtensorMap (a plain struct; no driver library is linked: see make_tmap_2d)
 
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 
@@ -101,6 +104,11 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 __device__ __forceinline__ uint64_t desc_k128b(uint32_t smem_addr) {
   return uint64_t((smem_addr & 0x3ffffu) >> 4) | (uint64_t(1) << 16) | (uint64_t(64) << 32) | (uint64_t(1) << 62);
 }
+// The same descriptor from its low word (start address and leading byte offset), so that per-stage
+// and per-k-step offsets are 32-bit adds: the start address field (14 bits of a shared address
+// >> 4) cannot carry into the high word. desc_k128b(a) == desc_k128b_hi | desc_k128b_lo(a).
+__device__ __forceinline__ uint32_t desc_k128b_lo(uint32_t smem_addr) { return ((smem_addr & 0x3ffffu) >> 4) | (1u << 16); }
+__device__ __forceinline__ uint64_t desc_k128b_from_lo(uint32_t lo) { return (uint64_t(0x40000040u) << 32) | lo; }
 // Byte offset of the 16-byte chunk `c` of row `r` in such a tile.
 __device__ __forceinline__ uint32_t sw128_offset(int r, int c) { return uint32_t(r * 128 + ((c ^ (r & 7)) << 4)); }
 
@@ -149,6 +157,36 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t d
 }
 #undef DIL_WGMMA_D64
 
+// d[N / 2] = A[64 x 32] . B[N x 32]^T for N = 16, 32, 64 (m64nNk32, e4m3 operands, f32
+// accumulation; A and B K-major in shared memory), overwriting d (scale-d 0): every call is one
+// 32-wide block's sum on its own. Accumulator layout as for m64n128k32 (j < N / 8).
+template <int N>
+__device__ __forceinline__ void wgmma_m64k32_e4m3_zero(float (&d)[N / 2], uint64_t da, uint64_t db);
+template <>
+__device__ __forceinline__ void wgmma_m64k32_e4m3_zero<16>(float (&d)[8], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(da), "l"(db), "r"(0));
+}
+template <>
+__device__ __forceinline__ void wgmma_m64k32_e4m3_zero<32>(float (&d)[16], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "r"(0));
+}
+template <>
+__device__ __forceinline__ void wgmma_m64k32_e4m3_zero<64>(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(0));
+}
+
 // prmt.b32 (generic mode): byte i of the result is byte (s >> 4i) & 7 of {b:a} (a bytes 0-3,
 // b bytes 4-7), or, where bit 3 of that selector nibble is set, that byte's sign bit copied to
 // all 8 bits.
@@ -158,4 +196,32 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
   return d;
 }
 
+// Four f32 -> four e4m3 codes (RNE, saturating to +-448; the lowest byte from a).
+__device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
+  uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
+  return uint32_t(lo) | (uint32_t(hi) << 16);
+}
+// Two e4m3 codes (low byte first) -> their exact values.
+__device__ __forceinline__ float2 e4m3x2_value(uint16_t v) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(v));
+  __half2 hh;
+  std::memcpy(&hh, &h, 4);
+  return __half22float2(hh);
+}
+
+// The sign masks of nibbles 0-3 (lo) and 4-7 (hi) of w as bytes 0x80 / 0x00: nibble n's sign,
+// bit 4n + 3 of w, is the top bit of byte n/2 of w << 4 (even n) or of w (odd n).
+__device__ __forceinline__ uint32_t signs_lo(uint32_t w) { return prmt(w << 4, w, 0xD9C8u) & 0x80808080u; }
+__device__ __forceinline__ uint32_t signs_hi(uint32_t w) { return prmt(w << 4, w, 0xFBEAu) & 0x80808080u; }
+
+// 8 e2m1 nibbles (k ascending from the low nibble) -> 8 e4m3 bytes in two words, through the
+// block's table t (bytes 0-7: the codes of the magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 times 2^d).
+__device__ __forceinline__ void nib8_e4m3(uint32_t w, uint2 t, uint32_t& o0, uint32_t& o1) {
+  const uint32_t mag = w & 0x77777777u;
+  o0 = prmt(t.x, t.y, mag) | signs_lo(w);
+  o1 = prmt(t.x, t.y, mag >> 16) | signs_hi(w);
+}
 }  // namespace dil::cuda::sm90

@@ -121,34 +121,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Four f32 -> four e4m3 codes (RNE, saturating to +-448; the lowest byte from a).
-__device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
-  uint16_t lo, hi;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
-  return uint32_t(lo) | (uint32_t(hi) << 16);
-}
-// Two e4m3 codes (low byte first) -> their exact values.
-__device__ __forceinline__ float2 e4m3x2_value(uint16_t v) {
-  uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(v));
-  __half2 hh;
-  std::memcpy(&hh, &h, 4);
-  return __half22float2(hh);
-}
-
-// The sign masks of nibbles 0-3 (lo) and 4-7 (hi) of w as bytes 0x80 / 0x00: nibble n's sign,
-// bit 4n + 3 of w, is the top bit of byte n/2 of w << 4 (even n) or of w (odd n).
-__device__ __forceinline__ uint32_t signs_lo(uint32_t w) { return prmt(w << 4, w, 0xD9C8u) & 0x80808080u; }
-__device__ __forceinline__ uint32_t signs_hi(uint32_t w) { return prmt(w << 4, w, 0xFBEAu) & 0x80808080u; }
-
-// 8 e2m1 nibbles (k ascending from the low nibble) -> 8 e4m3 bytes in two words, through the
-// block's table t (bytes 0-7: the codes of the magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 times 2^d).
-__device__ __forceinline__ void nib8_e4m3(uint32_t w, uint2 t, uint32_t& o0, uint32_t& o1) {
-  const uint32_t mag = w & 0x77777777u;
-  o0 = prmt(t.x, t.y, mag) | signs_lo(w);
-  o1 = prmt(t.x, t.y, mag >> 16) | signs_hi(w);
-}
 // 8 e2m1 nibbles -> 8 bf16 in four words, through the group's tables (t.x, t.y: low bytes of the
 // bf16 magnitudes 0, .5, .., 6 times 2^(s-127); t.z, t.w: their high bytes).
 __device__ __forceinline__ uint4 nib8_bf16(uint32_t w, uint4 t) {
@@ -339,12 +311,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int lr0 = wg * 64 + warp * 16 + g;  // this thread's accumulator rows: lr0, lr0 + 8
     float acc[64];
     float part[64];  // FP8: one stage's partial sums (unused on the BF16 path)
+    // Descriptor low words of stage 0's A (this warpgroup's 64 rows) and B tiles; a stage adds
+    // kTile >> 4, a k step 2 (32-bit adds: see desc_k128b_lo).
+    const uint32_t a_lo0 = desc_k128b_lo(smem_u32(sm + C::oA + wg * 8192)), b_lo0 = desc_k128b_lo(smem_u32(sm + C::oB));
     int s = 0;
     uint32_t ph = 0;
 #pragma unroll 1
     for (int item = blockIdx.x; item < total; item += gridDim.x) {
       int r0 = 0, rows = 0, nb = 0, p0 = -1, p1 = -1;
       float rw0 = 0.f, rw1 = 0.f;
+      if constexpr (kFp8) {
+        // -0: fma(p, s, -0) is the product p * s exactly as a multiply rounds it, signed zeros
+        // included, so every step promotes with one FFMA.
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[i] = -0.0f;
+      }
 #pragma unroll 1
       for (int kb = 0; kb < a.nk; ++kb) {
         mbar_wait(&full[s], ph);
@@ -361,17 +342,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         const bool active = wg * 64 < rows;  // warpgroup-uniform
         float sc0 = 0.f, sc1 = 0.f;
         if (active) {
-          const uint64_t da = desc_k128b(smem_u32(sm + C::oA + s * C::kTile + wg * 8192));
-          const uint64_t db = desc_k128b(smem_u32(sm + C::oB + s * C::kTile));
+          const uint32_t a_lo = a_lo0 + uint32_t(s) * (C::kTile >> 4), b_lo = b_lo0 + uint32_t(s) * (C::kTile >> 4);
           wgmma_fence();
           if constexpr (kFp8) {
             fence_regs(part);
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(part, da + 2 * kk, db + 2 * kk, kk);
+            for (int kk = 0; kk < 4; ++kk)
+              wgmma_m64n128k32_e4m3(part, desc_k128b_from_lo(a_lo + 2 * kk), desc_k128b_from_lo(b_lo + 2 * kk), kk);
           } else {
             fence_regs(acc);
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k16_bf16(acc, da + 2 * kk, db + 2 * kk, kb | kk);
+            for (int kk = 0; kk < 4; ++kk)
+              wgmma_m64n128k16_bf16(acc, desc_k128b_from_lo(a_lo + 2 * kk), desc_k128b_from_lo(b_lo + 2 * kk), kb | kk);
           }
           wgmma_commit();
           wgmma_wait<0>();
@@ -389,17 +371,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (kFp8 && active) {
 #pragma unroll
           for (int j = 0; j < 16; ++j) {
-            if (kb == 0) {
-              acc[4 * j] = part[4 * j] * sc0;
-              acc[4 * j + 1] = part[4 * j + 1] * sc0;
-              acc[4 * j + 2] = part[4 * j + 2] * sc1;
-              acc[4 * j + 3] = part[4 * j + 3] * sc1;
-            } else {
-              acc[4 * j] = fmaf(part[4 * j], sc0, acc[4 * j]);
-              acc[4 * j + 1] = fmaf(part[4 * j + 1], sc0, acc[4 * j + 1]);
-              acc[4 * j + 2] = fmaf(part[4 * j + 2], sc1, acc[4 * j + 2]);
-              acc[4 * j + 3] = fmaf(part[4 * j + 3], sc1, acc[4 * j + 3]);
-            }
+            acc[4 * j] = fmaf(part[4 * j], sc0, acc[4 * j]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1], sc0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2], sc1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3], sc1, acc[4 * j + 3]);
           }
         }
         if (kSwiglu && kb == min(1, a.nk - 1)) {  // the pair indices arrived during step 0
