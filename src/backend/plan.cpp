@@ -259,6 +259,13 @@ PlanEntry resolve_site(const std::vector<KernelImpl>& registry, const OpSite& si
   if (ok.empty())
     DIL_FAIL("kernel plan: nothing can run ", site.op, " at ", site.where.empty() ? "(unnamed site)" : site.where,
              " (", site.describe(), ", numerics ", numerics_name(site.numerics), "):", why.str());
+  // A forced implementation runs every row count: its min_rows says from where the plan prefers
+  // it, not what it can do (a max_rows is a limit: a few-rows kernel is refused below).
+  if (forced != o.force.end() && ok[0]->max_rows == 0) {
+    e.impls.push_back(ok[0]);
+    e.from.push_back(0);
+    return e;
+  }
   // Registry order is preference. The first implementation usable at any row count is the
   // base; preferred ones before it that start at a larger row count take over from there.
   size_t base = ok.size();

@@ -1,4 +1,4 @@
-// The fast-numerics lightning indexer on CUDA (mma_fp8: FP8 tensor cores; fast_simt: CUDA
+// The fast-numerics lightning indexer on CUDA (wgmma_fp8 / mma_fp8: FP8 tensor cores; fast_simt: CUDA
 // cores) against the CPU's fast specification (src/kernels/cpu/indexer.cpp fast_score), and
 // the few-pass radix top-k (topk_rows.cu) against a host stable sort.
 //
@@ -65,21 +65,30 @@ struct FastCase {
 
 class CudaIndexerFast : public CudaParity {
  protected:
-  void use_impl(const std::string& impl, int Hi) {
-    const bool default_choice = impl == (Hi == 16 || Hi == 32 || Hi == 64 ? "mma_fp8" : "fast_simt");
-    if (!default_choice && !test_options().force.count("indexer_topk")) {
-      // A fresh backend forcing the implementation: only before this test allocated anything.
-      ASSERT_TRUE(bufs.empty()) << "a forced implementation must be the test's first run";
-      BackendOptions o = test_options();
-      o.force["indexer_topk"] = impl;
-      gpu = make_backend(BackendKind::CUDA, 0, o);
-    }
+  std::string forced_;  // the implementation force() installed for the whole test
+  // A fresh backend forcing `impl` at every row count: only before the test allocated anything.
+  void force(const std::string& impl) {
+    ASSERT_TRUE(bufs.empty()) << "a forced implementation must be the test's first run";
+    BackendOptions o = test_options();
+    o.force["indexer_topk"] = impl;
+    gpu = make_backend(BackendKind::CUDA, 0, o);
+    forced_ = impl;
+  }
+  // Fast numerics on both sides, and `impl` for `site` at T tokens: the plan's own choice, or forced.
+  void use_impl(const std::string& impl, const OpSite& site, int64_t T) {
     gpu->set_numerics(Numerics::Fast);
     cpu->set_numerics(Numerics::Fast);
+    if (!forced_.empty() || test_options().force.count("indexer_topk")) return;
+    if (gpu->impl_for(site, T).name != impl) {
+      force(impl);
+      gpu->set_numerics(Numerics::Fast);
+    }
   }
 
   void run(FastCase c, uint32_t seed) {
-    use_impl(c.impl, c.Hi);
+    int64_t n_tok = 0;
+    for (const auto& sq : c.seqs) n_tok += sq.len;
+    use_impl(c.impl, indexer_site(c.Hi, 128, c.topk, 0, 0, 0, DType::BF16, Numerics::Fast), n_tok);
     const int di = 128, rpb = 128 / c.ratio;
     int base = 0;
     for (auto& s : c.seqs) {
@@ -173,13 +182,55 @@ TEST_F(CudaIndexerFast, V4DecodeSixtyFourKRows) {
 TEST_F(CudaIndexerFast, V4PrefillChunks) {
   // 8-token groups inside one sequence, a group ending at a sequence boundary, T = 17 and 1.
   run({"v4 Hi64 T=300@20000 + T=17@3000 + T=1@77", {{20000, 300, 0, {}}, {3000, 17, 1, {}}, {77, 1, 2, {}}}, 64, 4,
-       512, false, 4, 0, "mma_fp8"},
+       512, false, 4, 0, "wgmma_fp8"},
       602);
 }
 
 TEST_F(CudaIndexerFast, ManyTokensSmallRows) {
   // 4096 tokens from position 0: most rows have fewer visible rows than k (all selected).
-  run({"v4 Hi16 T=4096@0", {{0, 4096, 0, {}}}, 16, 4, 512, false, 4, 0, "mma_fp8"}, 603);
+  run({"v4 Hi16 T=4096@0", {{0, 4096, 0, {}}}, 16, 4, 512, false, 4, 0, "wgmma_fp8"}, 603);
+}
+
+// mma_fp8 at the sizes where the plan prefers wgmma_fp8 (forced): 8-token groups, sequence
+// boundaries, many tokens.
+TEST_F(CudaIndexerFast, MmaFp8ManyTokens) {
+  force("mma_fp8");
+  run({"mma v4 Hi64 T=300@20000 + T=17@3000 + T=1@77", {{20000, 300, 0, {}}, {3000, 17, 1, {}}, {77, 1, 2, {}}}, 64,
+       4, 512, false, 4, 0, "mma_fp8"},
+      641);
+  run({"mma v4 Hi16 T=4096@0", {{0, 4096, 0, {}}}, 16, 4, 512, false, 4, 0, "mma_fp8"}, 642);
+  run({"mma packed v4 Hi64 T=300@20000 + T=1@77", {{20000, 300, 0, {}}, {77, 1, 1, {}}}, 64, 4, 512, false, 4, 0,
+       "mma_fp8", true},
+      643);
+}
+
+// wgmma_fp8 at every shape class, forced below its 128-token regime too: groups of one token
+// (decode), groups cut by sequence ends, more rows than one CTA's range (8,192), rescored rows
+// (spread 8, raw bf16) and tokens, exact ties, 16 / 32 / 64 heads, ratio 2; bf16 and packed keys.
+TEST_F(CudaIndexerFast, WgmmaFp8) {
+  force("wgmma_fp8");
+  run({"wg decode Hi64 T=1@262139,@3000,@10,@0", {{262139, 1, 0, {}}, {3000, 1, 1, {}}, {10, 1, 2, {}}, {0, 1, 3, {}}},
+       64, 4, 512, false, 4, 0, "wgmma_fp8"},
+      631);
+  run({"wg v41 Hi32 m2 ascending T=17@5000 + T=1@1 + T=40@33000", {{5000, 17, 0, {}}, {1, 1, 1, {}}, {33000, 40, 2, {}}},
+       32, 2, 512, true, 4, 0, "wgmma_fp8"},
+      632);
+  run({"wg spread 8 Hi64 T=17@3000", {{3000, 17, 0, {}}}, 64, 4, 512, false, 8, 0, "wgmma_fp8"}, 633);
+  run({"wg raw bf16 Hi16 T=35@2000", {{2000, 35, 0, {}}}, 16, 4, 512, false, 0, 0, "wgmma_fp8"}, 634);
+  run({"wg ties Hi16: 7 distinct keys, T=3@2000", {{2000, 3, 0, {}}}, 16, 4, 512, false, 4, 7, "wgmma_fp8"}, 635);
+  run({"wg ties ascending Hi32, T=2@999", {{999, 2, 0, {}}}, 32, 4, 512, true, 4, 5, "wgmma_fp8"}, 636);
+}
+
+TEST_F(CudaIndexerFast, WgmmaFp8Packed) {
+  force("wgmma_fp8");
+  run({"wg packed decode Hi64 T=1@262139,@10", {{262139, 1, 0, {}}, {10, 1, 1, {}}}, 64, 4, 512, false, 4, 0,
+       "wgmma_fp8", true},
+      651);
+  run({"wg packed spread 8 Hi64 T=17@3000", {{3000, 17, 0, {}}}, 64, 4, 512, false, 8, 0, "wgmma_fp8", true}, 652);
+  run({"wg packed v41 Hi32 m2 ascending T=17@5000", {{5000, 17, 0, {}}, {40000, 23, 1, {}}}, 32, 2, 512, true, 4, 0,
+       "wgmma_fp8", true},
+      653);
+  run({"wg packed Hi16 T=70@9000", {{9000, 70, 0, {}}}, 16, 4, 512, false, 4, 0, "wgmma_fp8", true}, 654);
 }
 
 TEST_F(CudaIndexerFast, V41AscendingRatio2) {
@@ -210,8 +261,8 @@ TEST_F(CudaIndexerFast, FastSimt) {
 // Packed keys (issue 28): the official FP4 rows read by both fast implementations give the
 // specification's scores and indices exactly, as the bf16 rows of the same values do.
 TEST_F(CudaIndexerFast, PackedKeys) {
-  run({"packed v4 Hi64 T=300@20000 + T=1@77", {{20000, 300, 0, {}}, {77, 1, 1, {}}}, 64, 4, 512, false, 4, 0, "mma_fp8",
-       true},
+  run({"packed v4 Hi64 T=300@20000 + T=1@77", {{20000, 300, 0, {}}, {77, 1, 1, {}}}, 64, 4, 512, false, 4, 0,
+       "wgmma_fp8", true},
       611);
   run({"packed decode Hi64 T=1@262139,@10", {{262139, 1, 0, {}}, {10, 1, 1, {}}}, 64, 4, 512, false, 4, 0, "mma_fp8",
        true},
@@ -232,8 +283,11 @@ struct CandCase {
 
 class CudaIndexerFastV41 : public CudaIndexerFast {
  protected:
+  // impl: the source layer's implementation (the Reindex layer runs the plan's choice for it).
   void run_cand(CandCase c, uint32_t seed, const char* impl = "mma_fp8") {
-    use_impl(impl, 32);
+    int64_t n_tok = 0;
+    for (const auto& sq : c.seqs) n_tok += sq.len;
+    use_impl(impl, indexer_site(32, 128, c.topk, 1, c.cand_block, c.cand_topk, DType::BF16, Numerics::Fast), n_tok);
     const int Hi = 32, di = 128, ratio = 4, rpb = 128 / ratio;
     int base = 0;
     for (auto& s : c.seqs) {
@@ -325,6 +379,11 @@ TEST_F(CudaIndexerFastV41, FewCandidatesAndTies) {
   run_cand({"ties: 9 distinct keys, T=4@4000", {{4000, 4, 0, {}}}, 8, 64, 128, 9}, 624);
 }
 
+// From 128 tokens the candidate source runs wgmma_fp8, its Reindex layer mma_fp8.
+TEST_F(CudaIndexerFastV41, WgmmaSourceManyTokens) {
+  run_cand({"T=130@20000 + T=1@5", {{20000, 130, 0, {}}, {5, 1, 1, {}}}, 8, 512, 512, 0}, 626, "wgmma_fp8");
+}
+
 TEST_F(CudaIndexerFastV41, FastSimt) {
   run_cand({"simt T=17@3000", {{3000, 17, 0, {}}}, 8, 256, 512, 0}, 625, "fast_simt");
 }
@@ -412,17 +471,19 @@ TEST_F(CudaTopkRows, AgainstStableSort) {
 
 class CudaIndexerFastBench : public CudaParity {
  protected:
-  double time_ms(const std::function<void()>& fn, int reps = 10) {
+  // Median of `reps` timings by events on `be`'s stream (the fixture's backend by default).
+  double time_ms(const std::function<void()>& fn, int reps = 10, Backend* be = nullptr) {
+    Backend& b = be ? *be : *gpu;
     fn();
     fn();
     std::vector<double> ms;
     for (int i = 0; i < reps; ++i) {
-      const int e0 = gpu->record_event();
+      const int e0 = b.record_event();
       fn();
-      const int e1 = gpu->record_event();
-      ms.push_back(gpu->elapsed_ms(e0, e1));
+      const int e1 = b.record_event();
+      ms.push_back(b.elapsed_ms(e0, e1));
     }
-    gpu->clear_events();
+    b.clear_events();
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
   }
@@ -515,15 +576,24 @@ TEST_F(CudaIndexerFastBench, DISABLED_IndexerFast) {
         a.cand_in = devi(cand, {T, 2048});
         rows = double(T) * 2048 * 8;
       }
-      const double ms = time_ms([&] { gpu->indexer_topk(a, m); }, 5);
       const std::string shape = std::string(mode == 0 ? "prefill" : mode == 1 ? "decode" : "reindex") + " Hi" +
                                 std::to_string(Hi) + " T=" + std::to_string(T) + " rows~" +
                                 std::to_string(int64_t(rows / double(T)));
-      report("indexer_topk fast (op)", shape, ms, 2.0 * rows * double(Hi * di), 0,
-             gpu->impl_for(indexer_site(int(Hi), int(di), 512, mode == 2 ? 2 : 0, a.cand_block, a.cand_topk,
-                                        DType::BF16, Numerics::Fast),
-                           T)
-                 .name);
+      const OpSite site = indexer_site(int(Hi), int(di), 512, mode == 2 ? 2 : 0, a.cand_block, a.cand_topk,
+                                       DType::BF16, Numerics::Fast);
+      const std::string chosen = gpu->impl_for(site, T).name;
+      const double ms = time_ms([&] { gpu->indexer_topk(a, m); }, 5);
+      report("indexer_topk fast (op)", shape, ms, 2.0 * rows * double(Hi * di), 0, chosen);
+      // The same-run baseline: the other tensor-core scorer where the plan's choice is wgmma_fp8,
+      // on a second backend over the same device tensors.
+      if (chosen == "wgmma_fp8") {
+        BackendOptions o = test_options();
+        o.force["indexer_topk"] = "mma_fp8";
+        auto alt = make_backend(BackendKind::CUDA, 0, o);
+        alt->set_numerics(Numerics::Fast);
+        const double ms_alt = time_ms([&] { alt->indexer_topk(a, m); }, 5, alt.get());
+        report("indexer_topk fast (op)", shape, ms_alt, 2.0 * rows * double(Hi * di), 0, "mma_fp8 (same run)");
+      }
       if (mode != 1) bench_topk(T, int64_t(rows / double(T)), "top-k share of the line above");
     }
   }

@@ -87,7 +87,8 @@ TEST(KernelPlan, V4FlashOnCudaPerMode) {
   // Indexer and experts.
   EXPECT_EQ(impls(off, "indexer_topk", "CSA indexer"), V{"mma_exact"});
   EXPECT_EQ(impls(ref, "indexer_topk", "CSA indexer"), V{"fp64"});
-  EXPECT_EQ(impls(fast, "indexer_topk", "CSA indexer"), V{"mma_fp8"});
+  // Fast: mma_fp8 below 128 tokens, the warpgroup scorer from there.
+  EXPECT_EQ(impls(fast, "indexer_topk", "CSA indexer"), (V{"mma_fp8", "wgmma_fp8"}));
   EXPECT_EQ(impls(off, "moe_experts", "ffn.experts"), V{"mma_bf16"});
   EXPECT_EQ(impls(ref, "moe_experts", "ffn.experts"), V{"simt"});
   // Fast: the decode GEMV up to 64 tokens, then wgmma (FP4 experts, D and I multiples of 128).
@@ -117,13 +118,19 @@ TEST(KernelPlan, V41FlashOnCudaRegimesAndCandidates) {
     }
   EXPECT_GE(cand_sites, 1);
   EXPECT_EQ(impls(off, "sparse_attention", "Full-r2 attention"), V{"mma_split_bf16"});
-  // Fast numerics: the FP8 tensor-core scorer at every indexer site, candidates included.
+  // Fast numerics: the FP8 tensor-core scorers at every indexer site: mma_fp8 below 128 tokens
+  // and in Reindex layers (compact candidate entries), wgmma_fp8 from 128 tokens elsewhere.
   const KernelPlan fast = plan_of(kV41, BackendKind::CUDA, Numerics::Fast);
   for (const PlanEntry& e : fast.entries())
     if (e.site.op == "indexer_topk") {
-      EXPECT_EQ(e.impls.size(), 1u);
-      EXPECT_EQ(e.impls[0]->name, "mma_fp8") << e.site.where;
+      EXPECT_EQ(e.for_rows(127).name, "mma_fp8") << e.site.where;
+      EXPECT_EQ(e.for_rows(128).name, e.site.cand == 2 ? "mma_fp8" : "wgmma_fp8") << e.site.where;
     }
+  // Forced, the warpgroup scorer runs every row count of the sites it can run.
+  BackendOptions wg;
+  wg.force["indexer_topk"] = "wgmma_fp8";
+  const std::string msg = error_of([&] { plan_of(kV41, BackendKind::CUDA, Numerics::Fast, wg); });
+  EXPECT_NE(msg.find("not Reindex"), std::string::npos) << msg;
   // 64 heads of 512: the FlashMLA-style kernel at every attention site.
   for (const PlanEntry& e : fast.entries())
     if (e.site.op == "sparse_attention") {
@@ -217,6 +224,11 @@ TEST(KernelPlan, FewRowsRegimeComesFirst) {
   // Official numerics keep the exact kernels.
   const KernelPlan off = plan_of(kV41, BackendKind::CUDA, Numerics::Official);
   EXPECT_EQ(impls(off, "linear", "attn.wq_a"), (V{"simt", "dequant_bf16_lt"}));
+  // A forced implementation with a preferred start (min_rows) runs every row count.
+  BackendOptions lt;
+  lt.force["grouped_linear"] = "dequant_bf16_lt_split";
+  const KernelPlan forced = plan_of(kV4, BackendKind::CUDA, Numerics::Official, lt);
+  EXPECT_EQ(impls(forced, "grouped_linear", "attn.wo_a"), (V{"dequant_bf16_lt_split"}));
   // Forcing the few-rows implementation alone fails: it cannot run every row count.
   BackendOptions o;
   o.force["linear"] = "gemv";

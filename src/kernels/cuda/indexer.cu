@@ -6,7 +6,7 @@
 // bitonic-sorted in shared memory.
 // With quantizing numerics (the plan's mma_exact: FP4-QDQ'd q and keys) scores run on BF16 tensor cores instead
 // (indexer_mma.cu), with the same bits; idx_score_kernel below is the path for arbitrary values.
-// Fast numerics (the plan's mma_fp8 / fast_simt) score with the CPU's fast specification
+// Fast numerics (the plan's wgmma_fp8 / mma_fp8 / fast_simt) score with the CPU's fast specification
 // (indexer_fp8.cu) and select with the few-pass radix of topk_rows.cu, over 32-bit score keys
 // and the row; a Reindex layer's scores are written compactly, candidate rows only.
 // q, w and keys are f32 or bf16 activations (the FP64 scorer is a template over their storage
@@ -208,7 +208,7 @@ void copy_scores_out(Ctx& c, const IndexerArgs& a, const float* scores, int64_t 
 
 // Fast numerics: scores [T, ld] by the fast specification (V4 layout, or compact candidate
 // entries in Reindex), the V4.1 candidate blocks as before, rows by topk_rows.
-void indexer_topk_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, bool mma) {
+void indexer_topk_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, FastScorer how) {
   const int T = int(a.q.size(0));
   int max_pos = 0;
   for (int32_t p : m.h_tok_pos) max_pos = std::max(max_pos, int(p));
@@ -219,7 +219,7 @@ void indexer_topk_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, bool mma
   Buffer sb = c.scratch(size_t(T) * ld * 4);
   float* scores = static_cast<float*>(sb.data());  // [T, ld]
   const int32_t* tok_pos = m.tok_pos.ptr<int32_t>();
-  indexer_scores_fast(c, a, m, ld, scores, mma);
+  indexer_scores_fast(c, a, m, ld, scores, how);
   copy_scores_out(c, a, scores, ld, n_max);
   Buffer bb;
   if (!a.cand_out.empty()) {
@@ -273,8 +273,9 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::st
     DIL_CHECK(ct.dtype == DType::I32 && ct.numel() == int64_t(T) * a.cand_topk, "indexer_topk: candidates ",
               ct.shape_str(), " for ", a.cand_topk);
   }
-  if (impl == "mma_fp8" || impl == "fast_simt") {
-    indexer_topk_fast(c, a, m, impl == "mma_fp8");
+  if (impl == "wgmma_fp8" || impl == "mma_fp8" || impl == "fast_simt") {
+    indexer_topk_fast(c, a, m,
+                      impl == "wgmma_fp8" ? FastScorer::Wgmma : impl == "mma_fp8" ? FastScorer::Mma : FastScorer::Simt);
     return;
   }
   DIL_CHECK(!a.keys_pack.packed(), "indexer_topk ", impl, ": packed keys are read by the fast implementations only");

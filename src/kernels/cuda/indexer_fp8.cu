@@ -38,81 +38,20 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cuda/indexer_fast.cuh"
 #include "kernels/cuda/indexer_fp8.cuh"
 #include "kernels/cuda/kv_packed.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace dil::cuda {
 namespace {
+using namespace idxfast;
 
-constexpr int kDi = 128, kBlk = 32, kNb = kDi / kBlk;
+constexpr int kDi = 128, kNb = kDi / kBlk;
 constexpr int kWarps = 8, kThreads = kWarps * 32, kMaxTok = kWarps;
 constexpr int kTile = 128;            // key rows per stage
 constexpr int kStages = 4;            // stages per CTA
 constexpr int kKeyStride = kDi + 16;  // bytes per e4m3 row: words g*36 + t hit 32 distinct banks
-constexpr int kMaxScale = 60;         // |S| limit of the exact scaling argument
-
-// One key row: di values of TK, or a packed row (fmt.d > 0: the official Fp4B32 keys).
-template <class TK>
-struct KeyRow {
-  const TK* plain;
-  const uint8_t* packed;
-  KvRow fmt;
-  __device__ float at(int c) const { return packed ? kv_unpack_one(fmt, packed, c) : ld_act(plain[c]); }
-};
-
-template <class TQ, class TW, class TK>
-struct FastParams {
-  const TQ* q;                // [T, Hi, di]
-  const TW* w;                // [T, Hi]
-  const TK* keys;             // [n_blocks, rpb, di] plain keys, or null
-  const uint8_t* keys_packed; // [n_blocks, rpb] rows of krb bytes in kfmt (packed keys), or null
-  KvRow kfmt;
-  int krb;
-  __device__ KeyRow<TK> key(int64_t row) const {  // row: block * rpb + row in block
-    return keys_packed ? KeyRow<TK>{nullptr, keys_packed + row * krb, kfmt} : KeyRow<TK>{keys + row * di, nullptr, kfmt};
-  }
-  const uint32_t* q8;         // [T, Hi, 128] e4m3 (4 per word) of q * 2^-Sq
-  const float* wq;            // [T, Hi] w * 2^Sq
-  const int32_t* tok_flag;    // [T] nonzero: a head of the token is not exact in e4m3
-  const int2* groups;         // [n_groups] (first token, token count)
-  const int32_t *tok_seq, *tok_pos, *block_table;
-  int Hi, di, ratio, rpb, max_blocks;
-  float* scores;              // [T, ld]
-  int64_t ld;
-  const int32_t* cand;        // Reindex: [T, cand_topk] block ids, or null
-  int cand_topk, cand_block;
-};
-
-__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(127 + e) << 23); }  // |e| <= 126
-
-// The specification for one (token, row): q [Hi, di], w [Hi], k [di] (see the file comment).
-// Not inlined: it is the rare path of idx_fp8_kernel, whose registers go to the fragments.
-template <class TQ, class TW, class TK>
-__device__ __noinline__ float spec_score(const TQ* q, const TW* w, KeyRow<TK> k, int Hi, int di) {
-  auto term = [&](int h) -> float {
-    if (h >= Hi) return 0.f;
-    float d = 0.f;
-    for (int b = 0; b * kBlk < di; ++b) {
-      double s = 0.0;
-      for (int c = b * kBlk; c < min(di, (b + 1) * kBlk); ++c)
-        s = __dadd_rn(s, __dmul_rn(double(ld_act(q[int64_t(h) * di + c])), double(k.at(c))));
-      const float B = __double2float_rn(s);
-      d = b == 0 ? B : __fadd_rn(d, B);
-    }
-    return __fmul_rn(ld_act(w[h]), d > 0.f ? d : 0.f);
-  };
-  float p[8];
-  for (int mt = 0; mt * 16 < Hi; ++mt) {
-#pragma unroll
-    for (int g = 0; g < 8; ++g) {
-      const float pair = __fadd_rn(term(16 * mt + g), term(16 * mt + g + 8));
-      p[g] = mt == 0 ? pair : __fadd_rn(p[g], pair);
-    }
-  }
-  return __fadd_rn(__fadd_rn(__fadd_rn(p[0], p[1]), __fadd_rn(p[2], p[3])),
-                   __fadd_rn(__fadd_rn(p[4], p[5]), __fadd_rn(p[6], p[7])));
-}
 
 __device__ __forceinline__ float4 load4(const float* p, int i) { return reinterpret_cast<const float4*>(p)[i]; }
 __device__ __forceinline__ float4 load4(const bf16_t* p, int i) {
@@ -456,7 +395,8 @@ bool indexer_fp8_shape(const IndexerArgs& a) {
   return di == kDi && (Hi == 16 || Hi == 32 || Hi == 64) && keys_ok && a.q.dtype == DType::BF16;
 }
 
-void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_t ld, float* scores, bool mma) {
+void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_t ld, float* scores, FastScorer how) {
+  const bool mma = how != FastScorer::Simt;
   const int T = int(a.q.size(0)), Hi = int(a.q.size(1)), di = int(a.q.size(2));
   const bool restricted = !a.cand_in.empty();
   int max_pos = 0;
@@ -513,16 +453,18 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
     DIL_LAUNCH_CHECK("idx_fast_simt_kernel");
     return;
   }
-  DIL_CHECK(indexer_fp8_shape(a), "indexer mma_fp8: unsupported q ", a.q.shape_str(), " keys ",
-            dtype_name(a.keys.dtype));
-  // Work groups: up to kMaxTok consecutive tokens of one sequence (one token in Reindex, whose
+  const bool wg = how == FastScorer::Wgmma;
+  const char* name = wg ? "indexer wgmma_fp8" : "indexer mma_fp8";
+  DIL_CHECK(indexer_fp8_shape(a), name, ": unsupported q ", a.q.shape_str(), " keys ", dtype_name(a.keys.dtype));
+  DIL_CHECK(!wg || !restricted, name, ": Reindex steps (cand_in) run mma_fp8");
+  // Work groups: up to `per` consecutive tokens of one sequence (one token in Reindex, whose
   // tokens have rows of their own), in token order. Their count comes from the host's copy of
   // the lengths, their contents are written on the device from m.q_start / m.len (no upload
   // in the middle of the forward).
-  const int per = restricted ? 1 : kMaxTok;
+  const int per = restricted ? 1 : wg ? wgmma_group_tokens(Hi) : kMaxTok;
   int64_t n_groups = 0;
   for (int s = 0; s < m.n_seqs; ++s) n_groups += (m.h_len[size_t(s)] + per - 1) / per;
-  DIL_CHECK(n_groups <= 65535, "indexer mma_fp8: ", n_groups, " token groups");
+  DIL_CHECK(n_groups <= 65535, name, ": ", n_groups, " token groups");
   Buffer gb = c.scratch(size_t(std::max<int64_t>(n_groups, 1)) * sizeof(int2));
   token_groups_kernel<<<1, kGroupThreads, 0, c.stream>>>(m.q_start.ptr<int32_t>(), m.len.ptr<int32_t>(), m.n_seqs,
                                                           per, static_cast<int2*>(gb.data()));
@@ -532,7 +474,7 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
   float* wq = static_cast<float*>(wb.data());         // [T, Hi]
   int32_t* tok_flag = static_cast<int32_t*>(fb.data());  // [T]
   DIL_CUDA(cudaMemsetAsync(tok_flag, 0, size_t(T) * 4, c.stream));
-  DIL_CHECK(a.q.dtype == DType::BF16, "indexer mma_fp8: q ", dtype_name(a.q.dtype), " (bf16 activations)");
+  DIL_CHECK(a.q.dtype == DType::BF16, name, ": q ", dtype_name(a.q.dtype), " (bf16 activations)");
   {
     using TQ = bf16_t;
     with_act(a.w, "indexer w", [&](auto tw) {
@@ -549,6 +491,10 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
       P.wq = wq;
       P.tok_flag = tok_flag;
       P.groups = static_cast<const int2*>(gb.data());
+      if (wg) {
+        launch_idx_wgmma(P, n_entries, n_groups, c.stream);
+        return;
+      }
       const size_t sm = sizeof(StageSmem);
       dim3 grid(unsigned(ceil_div(n_entries, kStages * kTile)), unsigned(n_groups));
       auto go = [&](auto kern) {

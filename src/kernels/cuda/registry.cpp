@@ -140,6 +140,11 @@ Reqs idx_fp8(const OpSite& s) {
           need(s.head_dim == 128, "index head dim 128"),
           need(s.heads == 16 || s.heads == 32 || s.heads == 64, "16, 32 or 64 index heads"), idx_limits(s)};
 }
+Reqs idx_wg(const OpSite& s) {
+  Reqs r = idx_fp8(s);
+  r.push_back(need(s.cand != 2, "not Reindex (its compact candidate entries run mma_fp8)"));
+  return r;
+}
 Reqs idx_fast_simt(const OpSite& s) {
   return {need(s.numerics == Numerics::Fast, "fast numerics (the fp32 head sum of the fast specification)"),
           idx_limits(s), act_f32_or_bf16(s)};
@@ -287,6 +292,12 @@ std::vector<KernelImpl> build() {
       {"sparse_attention", "fp64", "block per (token, 8 heads), warp per head, rows staged 16 at a time (bf16 rows "
        "widened), online softmax in double", attn_fp64, 0, tolerance(1e-6, 1e-6, true),
        "tests/cuda/test_attention.cpp"},
+      {"indexer_topk", "wgmma_fp8", "fast specification: keys (read in place from the paged cache, bf16 or packed FP4) "
+       "converted to e4m3 once per CTA with a power-of-two scale per row (exact within 14 binades; other rows rescored "
+       "on CUDA cores) as the wgmma A operand, the e4m3 q of 512/Hi tokens resident as B (N = heads), one m64nHk32 per "
+       "32-dim block, ReLU x weight and the head sum in each thread's registers; warp-specialized (a converter "
+       "warpgroup, two MMA warpgroups); few-pass radix top-k (topk_rows.cu)", idx_wg, 128,
+       exact_tolerance("scores and indices"), "tests/cuda/test_indexer_fast.cpp"},
       {"indexer_topk", "mma_fp8", "fast specification: q (per token and head) and keys (per row, read in place from the "
        "paged bf16 cache) as e4m3 with a power-of-two scale (exact for FP4-QDQ'd rows within 14 binades; other rows "
        "rescored on CUDA cores), mma.sync m16n8k32 per 32-dim block, ReLU x weight and the head sum in registers in "
