@@ -13,6 +13,10 @@ namespace {
 constexpr int kW13Cols = kGvWarps * kGvRowsPerWarp / 2;
 // Rows (of D) per w2 CTA.
 constexpr int kW2Rows = kGvWarps * kGvRowsPerWarp;
+// Column blocks per CTA: the tile's rows are staged once for kLoop blocks of weights (one block
+// alone streamed ~64 KB of weights per staging; measured 1.5 TB/s).
+constexpr int kLoop = 4;
+constexpr int kRed = kGvWarps * kGvRowsPerWarp * kGvMoeRows;  // floats of one reduction buffer
 
 // The tile's rows: sorted rows [r0, r0 + nr) of expert e (nr 0: no such tile).
 struct GvTile {
@@ -56,52 +60,59 @@ __device__ __forceinline__ void gv_warp_rows(int nr, const uint16_t* xs, int64_t
   else gv_warp_to<3, 4>(xs, K, rows, cpb, red);
 }
 
-// h [rows, I] f32 (sorted rows) = SwiGLU(w1 x, w3 x) * route_w; grid (ceil(I / kW13Cols), max_tiles).
+// h [rows, I] f32 (sorted rows) = SwiGLU(w1 x, w3 x) * route_w; grid (ceil(I / kW13Cols / kLoop), max_tiles).
 __global__ void __launch_bounds__(kGvThreads, 2) moe_gemv_w13_kernel(GvMoeArgs a, bool vec, float* h) {
   extern __shared__ __align__(16) uint16_t gv_smem[];
   const GvTile t = gv_tile(a.map);
   if (t.nr <= 0) return;
   const int64_t K = a.D;
   uint16_t* xs = gv_smem;                                                       // [kGvMoeRows, D] bf16
-  float* red = reinterpret_cast<float*>(gv_smem + int64_t(kGvMoeRows) * K);     // [warps][rows][kGvMoeRows]
+  float* red = reinterpret_cast<float*>(gv_smem + int64_t(kGvMoeRows) * K);     // [2][warps][rows][kGvMoeRows]
   const int32_t* tok = a.sorted_tok + t.r0;
   gv_stage<3>(xs, reinterpret_cast<const uint16_t*>(a.xq), a.D, [tok](int r) { return tok[r]; }, t.nr, kGvMoeRows,
               K, vec);
   __syncthreads();
   const int warp = threadIdx.x >> 5;
   const WView w1 = a.w1[t.e], w3 = a.w3[t.e];
-  const int64_t n0 = int64_t(blockIdx.x) * kW13Cols + warp * 2;
-  GvRow rows[kGvRowsPerWarp];
+  const int64_t n_cb = (a.I + kW13Cols - 1) / kW13Cols;
+  // Block cb's sums into red[cb & 1] (double-buffered: one barrier per block suffices, since a
+  // warp reaching block cb + 2's writes has passed block cb + 1's barrier, after every thread
+  // finished reading block cb).
+  for (int64_t cb = int64_t(blockIdx.x) * kLoop; cb < min(n_cb, int64_t(blockIdx.x + 1) * kLoop); ++cb) {
+    float* rb = red + (cb & 1) * kRed;
+    const int64_t n0 = cb * kW13Cols + warp * 2;
+    GvRow rows[kGvRowsPerWarp];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const bool ok = n0 + j < a.I;
-    rows[2 * j] = ok ? gv_row(w1, n0 + j) : GvRow{};
-    rows[2 * j + 1] = ok ? gv_row(w3, n0 + j) : GvRow{};
-  }
-  gv_warp_rows(t.nr, xs, K, rows, 1, red);
-  __syncthreads();
-  // Thread per (row, column), columns fastest.
-  for (int o = threadIdx.x; o < t.nr * kW13Cols; o += blockDim.x) {
-    const int r = o / kW13Cols, lc = o % kW13Cols;
-    const int64_t n = int64_t(blockIdx.x) * kW13Cols + lc;
-    if (n >= a.I) continue;
-    const int wp = lc / 2, j = lc % 2;
-    float g = red[(wp * kGvRowsPerWarp + 2 * j) * kGvMoeRows + r];
-    float u = red[(wp * kGvRowsPerWarp + 2 * j + 1) * kGvMoeRows + r];
-    // As moe_swiglu_kernel (moe.cu), f32 steps in the reference's order.
-    if (a.round_bf16) {
-      g = d_round_bf16(g);
-      u = d_round_bf16(u);
+    for (int j = 0; j < 2; ++j) {
+      const bool ok = n0 + j < a.I;
+      rows[2 * j] = ok ? gv_row(w1, n0 + j) : GvRow{};
+      rows[2 * j + 1] = ok ? gv_row(w3, n0 + j) : GvRow{};
     }
-    const float gv = fminf(g, a.limit);
-    const float uv = fminf(fmaxf(u, -a.limit), a.limit);
-    const int64_t row = t.r0 + r;
-    const float hv = d_silu(gv) * uv * a.route_w[a.sorted_pair[row]];
-    h[row * a.I + n] = a.round_bf16 ? d_round_bf16(hv) : hv;
+    gv_warp_rows(t.nr, xs, K, rows, 1, rb);
+    __syncthreads();
+    // Thread per (row, column), columns fastest.
+    for (int o = threadIdx.x; o < t.nr * kW13Cols; o += blockDim.x) {
+      const int r = o / kW13Cols, lc = o % kW13Cols;
+      const int64_t n = cb * kW13Cols + lc;
+      if (n >= a.I) continue;
+      const int wp = lc / 2, j = lc % 2;
+      float g = rb[(wp * kGvRowsPerWarp + 2 * j) * kGvMoeRows + r];
+      float u = rb[(wp * kGvRowsPerWarp + 2 * j + 1) * kGvMoeRows + r];
+      // As moe_swiglu_kernel (moe.cu), f32 steps in the reference's order.
+      if (a.round_bf16) {
+        g = d_round_bf16(g);
+        u = d_round_bf16(u);
+      }
+      const float gv = fminf(g, a.limit);
+      const float uv = fminf(fmaxf(u, -a.limit), a.limit);
+      const int64_t row = t.r0 + r;
+      const float hv = d_silu(gv) * uv * a.route_w[a.sorted_pair[row]];
+      h[row * a.I + n] = a.round_bf16 ? d_round_bf16(hv) : hv;
+    }
   }
 }
 
-// y [rows, D] f32 (sorted rows) = w2 . hb; grid (ceil(D / kW2Rows), max_tiles).
+// y [rows, D] f32 (sorted rows) = w2 . hb; grid (ceil(D / kW2Rows / kLoop), max_tiles).
 __global__ void __launch_bounds__(kGvThreads, 2) moe_gemv_w2_kernel(GvMoeArgs a, const uint16_t* hb, bool vec, float* y) {
   extern __shared__ __align__(16) uint16_t gv_smem[];
   const GvTile t = gv_tile(a.map);
@@ -114,21 +125,25 @@ __global__ void __launch_bounds__(kGvThreads, 2) moe_gemv_w2_kernel(GvMoeArgs a,
   __syncthreads();
   const int warp = threadIdx.x >> 5;
   const WView w2 = a.w2[t.e];
-  const int64_t n0 = int64_t(blockIdx.x) * kW2Rows + warp * kGvRowsPerWarp;
-  GvRow rows[kGvRowsPerWarp];
+  const int64_t n_cb = (a.D + kW2Rows - 1) / kW2Rows;
+  for (int64_t cb = int64_t(blockIdx.x) * kLoop; cb < min(n_cb, int64_t(blockIdx.x + 1) * kLoop); ++cb) {
+    float* rb = red + (cb & 1) * kRed;  // double-buffered as in the w13 kernel
+    const int64_t n0 = cb * kW2Rows + warp * kGvRowsPerWarp;
+    GvRow rows[kGvRowsPerWarp];
 #pragma unroll
-  for (int i = 0; i < kGvRowsPerWarp; ++i) rows[i] = n0 + i < a.D ? gv_row(w2, n0 + i) : GvRow{};
-  gv_warp_rows(t.nr, xs, K, rows, 1, red);
-  __syncthreads();
-  for (int o = threadIdx.x; o < t.nr * kW2Rows; o += blockDim.x) {
-    const int r = o / kW2Rows, lr = o % kW2Rows;
-    const int64_t n = int64_t(blockIdx.x) * kW2Rows + lr;
-    if (n >= a.D) continue;
-    y[(t.r0 + r) * a.D + n] = red[lr * kGvMoeRows + r];
+    for (int i = 0; i < kGvRowsPerWarp; ++i) rows[i] = n0 + i < a.D ? gv_row(w2, n0 + i) : GvRow{};
+    gv_warp_rows(t.nr, xs, K, rows, 1, rb);
+    __syncthreads();
+    for (int o = threadIdx.x; o < t.nr * kW2Rows; o += blockDim.x) {
+      const int r = o / kW2Rows, lr = o % kW2Rows;
+      const int64_t n = cb * kW2Rows + lr;
+      if (n >= a.D) continue;
+      y[(t.r0 + r) * a.D + n] = rb[lr * kGvMoeRows + r];
+    }
   }
 }
 
-size_t moe_smem(int64_t K) { return size_t(kGvMoeRows) * size_t(K) * 2 + size_t(kGvWarps) * kGvRowsPerWarp * kGvMoeRows * 4; }
+size_t moe_smem(int64_t K) { return size_t(kGvMoeRows) * size_t(K) * 2 + size_t(2 * kRed) * 4; }
 
 template <class Kern>
 void set_smem(Kern* k, size_t smem) {
@@ -141,7 +156,7 @@ void moe_gemv_w13(Ctx& c, const GvMoeArgs& a, float* h) {
   const size_t smem = moe_smem(a.D);
   set_smem(moe_gemv_w13_kernel, smem);
   const bool vec = (reinterpret_cast<uintptr_t>(a.xq) & 15) == 0 && a.D % 8 == 0;
-  dim3 grid(unsigned(ceil_div(a.I, kW13Cols)), unsigned(a.max_tiles));
+  dim3 grid(unsigned(ceil_div(ceil_div(a.I, kW13Cols), kLoop)), unsigned(a.max_tiles));
   moe_gemv_w13_kernel<<<grid, kGvThreads, smem, c.stream>>>(a, vec, h);
   DIL_LAUNCH_CHECK("moe_gemv_w13_kernel");
 }
@@ -150,7 +165,7 @@ void moe_gemv_w2(Ctx& c, const GvMoeArgs& a, const bf16_t* hb, float* y) {
   const size_t smem = moe_smem(a.I);
   set_smem(moe_gemv_w2_kernel, smem);
   const bool vec = (reinterpret_cast<uintptr_t>(hb) & 15) == 0 && a.I % 8 == 0;
-  dim3 grid(unsigned(ceil_div(a.D, kW2Rows)), unsigned(a.max_tiles));
+  dim3 grid(unsigned(ceil_div(ceil_div(a.D, kW2Rows), kLoop)), unsigned(a.max_tiles));
   moe_gemv_w2_kernel<<<grid, kGvThreads, smem, c.stream>>>(a, reinterpret_cast<const uint16_t*>(hb), vec, y);
   DIL_LAUNCH_CHECK("moe_gemv_w2_kernel");
 }
