@@ -38,6 +38,9 @@ namespace dil::cuda {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline unsigned grid_for(int64_t n, int threads) { return unsigned(ceil_div(n, threads)); }
+// CTAs of 256 threads for a grid-stride loop over n elements: at most 16 per SM of an H200's
+// 132, where more CTAs would only add scheduling.
+inline unsigned stride_grid(int64_t n) { return unsigned(ceil_div(n, 256) < 132 * 16 ? ceil_div(n, 256) : 132 * 16); }
 
 // ---- device codecs (mirror core/dtype.cpp) ----
 __device__ __forceinline__ float d_bf16_to_f32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }

@@ -173,8 +173,6 @@ __global__ void swiglu_kernel(const TG* g, const TU* u, const float* w, float li
   }
 }
 
-unsigned stride_grid(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)); }
-
 }  // namespace
 
 void fill_f32(Ctx& c, float* p, int64_t n, float v) {

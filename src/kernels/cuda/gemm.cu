@@ -207,8 +207,6 @@ void lt_declined(Ctx& c, const std::string& impl, int64_t rows, const Weight& w)
   c.lt_declined = true;
 }
 
-unsigned stride_grid(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)); }
-
 template <class T>
 constexpr bool is_bf16 = std::is_same_v<T, bf16_t>;
 // cuBLASLt's type of an activation storage type.

@@ -87,8 +87,6 @@ __global__ void hc_expand_kernel(const TE* e, TX* X, int n, int64_t D, int64_t T
   }
 }
 
-unsigned stride_grid(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)); }
-
 }  // namespace
 
 void hc_mix(Ctx& c, const Tensor& X, const HcArgs& a, Tensor pre, Tensor post, Tensor comb) {

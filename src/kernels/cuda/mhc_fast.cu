@@ -394,8 +394,6 @@ void check_mix_outputs(const Tensor& X, const Tensor& pre, const Tensor& post, c
             comb.shape_str());
 }
 
-unsigned stride_grid(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)); }
-
 }  // namespace
 
 void hc_pre(Ctx& c, const Tensor& X, const HcArgs& a, const Tensor& collapse_pre, const Tensor& norm_w, Tensor pre,

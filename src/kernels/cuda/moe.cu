@@ -221,8 +221,6 @@ __global__ void moe_combine_kernel(const float* y, const int32_t* pos_of, int64_
   }
 }
 
-unsigned stride_grid(int64_t n) { return unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)); }
-
 // Device table of WViews for an expert list, uploaded on first use and kept by the context;
 // re-uploaded when the list's contents differ from what was uploaded.
 const WView* expert_table(Ctx& c, const std::vector<Weight>* ws) {

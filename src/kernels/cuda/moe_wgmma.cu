@@ -710,7 +710,7 @@ bool moe_wgmma(Ctx& c, const MoeWgmmaCall& m) {
   with_act(m.out, "moe_experts out", [&](auto to) {
     using TO = decltype(to);
     const int64_t n = T * (D / 8);
-    moe_wg_combine_kernel<TO><<<unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 16)), 256, 0, c.stream>>>(
+    moe_wg_combine_kernel<TO><<<stride_grid(n), 256, 0, c.stream>>>(
         static_cast<const uint16_t*>(yb.data()), m.pos_of, T, m.k, D, m.out.ptr<TO>());
   });
   DIL_LAUNCH_CHECK("moe_wg_combine_kernel");
