@@ -76,6 +76,21 @@ __device__ __forceinline__ void prefetch_tmap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
+// cp.async of 16 bytes (.cg: L2 only) or 4 bytes (.ca) to shared memory, of which the first n
+// are read from gmem and the rest zeroed (n = 0: nothing is read); one commit group per call of
+// cp_async_commit, waited for by cp_async_wait<N> (at most N of this thread's groups pending).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int n) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int n) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // Ordinary shared-memory stores that wgmma (the async proxy) reads next: each writing thread
 // fences before the barrier that publishes them.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -223,5 +238,17 @@ __device__ __forceinline__ void nib8_e4m3(uint32_t w, uint2 t, uint32_t& o0, uin
   const uint32_t mag = w & 0x77777777u;
   o0 = prmt(t.x, t.y, mag) | signs_lo(w);
   o1 = prmt(t.x, t.y, mag >> 16) | signs_hi(w);
+}
+// Entry i of such tables: the codes of 0, .5, 1, 1.5, 2, 3, 4, 6 times 2^d for d = i - 8 in
+// [-8, 6] (all exact in e4m3: 2^-9 is its smallest subnormal, 6 * 2^6 = 384 <= 448); entry 15
+// (and above) zeros.
+__device__ __forceinline__ uint2 e2m1_e4m3_table(int i) {
+  const float mags[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  uint32_t b[2] = {0u, 0u};
+  if (i < 15)
+    for (int j = 0; j < 8; j += 4)
+      b[j / 4] = e4m3x4(ldexpf(mags[j], i - 8), ldexpf(mags[j + 1], i - 8), ldexpf(mags[j + 2], i - 8),
+                        ldexpf(mags[j + 3], i - 8));
+  return make_uint2(b[0], b[1]);
 }
 }  // namespace dil::cuda::sm90

@@ -58,17 +58,6 @@ struct Cfg {
                 "shared memory layout");
 };
 
-__device__ __forceinline__ void cpa16(void* smem, const void* gmem, int n) {  // n of 16 bytes read, the rest zeroed
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cpa4(void* smem, const void* gmem, int n) {  // n of 4 bytes read, the rest zeroed
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cpa_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cpa_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // A packed Fp4B32 row (64 bytes of e2m1, dim 2k in the low nibble of byte k; 4 E8M0 block
 // scales) -> 128 e4m3 bytes into row c of a swizzled tile, times 2^-S with S = E - 133 for the
@@ -148,62 +137,53 @@ struct Rows {
   float sc0, sc1;
 };
 
-// Issues unit u's 4 block MMAs (token u / kSplit, heads of part u % kSplit) into acc, one commit
-// group: d[b] = keys[64 rows, block b] . q[kNU heads, block b]^T, each from zero.
-template <int kNU, int kSplit>
-__device__ __forceinline__ void issue_unit(float (&acc)[4][kNU / 2], uint32_t a_lo, uint32_t q_lo0, int u, int q_tile) {
-  const uint32_t q_lo = q_lo0 + uint32_t((u / kSplit) * q_tile + (u % kSplit) * kNU * 128) / 16u;
+// Issues token i's 4 block MMAs into acc, one commit group: acc[b] = keys[64 rows, block b] .
+// q_i[HI heads, block b]^T, each from zero (q_lo: the descriptor low word of token i's q tile).
+template <int HI>
+__device__ __forceinline__ void issue_token(float (&acc)[4][HI / 2], uint32_t a_lo, uint32_t q_lo) {
   wgmma_fence();  // the epilogue's reads of acc come before the MMAs overwrite it
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
     fence_regs(acc[b]);
-    wgmma_m64k32_e4m3_zero<kNU>(acc[b], desc_k128b_from_lo(a_lo + 2 * b), desc_k128b_from_lo(q_lo + 2 * b));
+    wgmma_m64k32_e4m3_zero<HI>(acc[b], desc_k128b_from_lo(a_lo + 2 * b), desc_k128b_from_lo(q_lo + 2 * b));
   }
   wgmma_commit();
 }
 
-// The specification's arithmetic on unit u's accumulators: d = ((B0 + B1) + B2) + B3, term =
-// w' * relu(d); heads 8j + 2t + e (j global): pairs (j even, j odd) are heads g and g + 8 of
-// m-tile j / 2, summed into p[row][e] over m-tiles in order (across the token's parts). After
-// the token's last part: (p0 + p1) in the thread, ((p0+p1)+(p2+p3)) + ((p4+p5)+(p6+p7)) over t,
-// times 2^S, stored by lane t = 0 (row lr0) and t = 1 (row lr0 + 8) where the row is visible,
-// exact, and the token's q exact.
-template <int HI, int kNU, int kSplit>
-__device__ __forceinline__ void epilogue_unit(float (&acc)[4][kNU / 2], int u, float (&p)[2][2], const Rows& rw,
-                                              const float* wq_s, const int2* tok, int t, int t0, float* scores,
-                                              int64_t ld) {
+// The specification's arithmetic on token i's accumulators: d = ((B0 + B1) + B2) + B3, term =
+// w' * relu(d); heads 8j + 2t + e: pairs (j even, j odd) are heads g and g + 8 of m-tile j / 2,
+// summed into p[row][e] over m-tiles in order; then (p0 + p1) in the thread,
+// ((p0+p1)+(p2+p3)) + ((p4+p5)+(p6+p7)) over t, times 2^S, stored by lane t = 0 (row lr0) and
+// t = 1 (row lr0 + 8) where the row is visible, exact, and the token's q exact.
+template <int HI>
+__device__ __forceinline__ void epilogue_token(float (&acc)[4][HI / 2], int i, const Rows& rw, const float* wq_s,
+                                               const int2* tok, int t, int t0, float* scores, int64_t ld) {
 #pragma unroll
   for (int b = 0; b < 4; ++b) fence_regs(acc[b]);
-  const int i = u / kSplit, part = u % kSplit;
-  const float* wv = wq_s + i * HI + part * kNU + 2 * t;
-  float2 w2s[kNU / 8];
+  const float* wv = wq_s + i * HI + 2 * t;
+  float2 w2s[HI / 8];
 #pragma unroll
-  for (int jl = 0; jl < kNU / 8; ++jl) w2s[jl] = *reinterpret_cast<const float2*>(wv + 8 * jl);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float first[2] = {0.f, 0.f};
-#pragma unroll
-    for (int jl = 0; jl < kNU / 8; ++jl) {
-      const float2 w2 = w2s[jl];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int x = 4 * jl + 2 * h + e;
-        const float d = __fadd_rn(__fadd_rn(__fadd_rn(acc[0][x], acc[1][x]), acc[2][x]), acc[3][x]);
-        const float term = __fmul_rn(e ? w2.y : w2.x, d > 0.f ? d : 0.f);
-        if (jl % 2 == 0) {
-          first[e] = term;
-        } else {
-          const float pair = __fadd_rn(first[e], term);
-          p[h][e] = (part == 0 && jl == 1) ? pair : __fadd_rn(p[h][e], pair);
-        }
-      }
-    }
-  }
-  if (part != kSplit - 1) return;
+  for (int j = 0; j < HI / 8; ++j) w2s[j] = *reinterpret_cast<const float2*>(wv + 8 * j);
   float z[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    z[h] = __fadd_rn(p[h][0], p[h][1]);
+    float p[2] = {0.f, 0.f}, first[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < HI / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int x = 4 * j + 2 * h + e;
+        const float d = __fadd_rn(__fadd_rn(__fadd_rn(acc[0][x], acc[1][x]), acc[2][x]), acc[3][x]);
+        const float term = __fmul_rn(e ? w2s[j].y : w2s[j].x, d > 0.f ? d : 0.f);
+        if (j % 2 == 0) {
+          first[e] = term;
+        } else {
+          const float pair = __fadd_rn(first[e], term);
+          p[e] = j == 1 ? pair : __fadd_rn(p[e], pair);
+        }
+      }
+    }
+    z[h] = __fadd_rn(p[0], p[1]);
     z[h] = __fadd_rn(z[h], __shfl_xor_sync(0xffffffffu, z[h], 1));
     z[h] = __fadd_rn(z[h], __shfl_xor_sync(0xffffffffu, z[h], 2));
   }
@@ -219,8 +199,7 @@ template <int HI, bool kPacked, class TW>
 __global__ void __launch_bounds__(kThreads, 1) idx_wg_kernel(const __grid_constant__ FastParams<bf16_t, TW, bf16_t> P) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<kPacked>;
-  // MMA units: (token, head part), here one part of all heads (epilogue_unit also takes parts).
-  constexpr int kSplit = 1, kNU = HI / kSplit, kQTile = HI * 128;
+  constexpr int kQTile = HI * 128;  // bytes of one token's e4m3 q
   extern __shared__ uint8_t smem_raw[];
   // 1024-byte aligned base by an offset into the shared array (accesses stay LDS/STS).
   uint8_t* sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -249,15 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1) idx_wg_kernel(const __grid_consta
     mbar_init(qbar, 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if (tid < 16) {  // entry d + 8: the codes of 0, .5, 1, 1.5, 2, 3, 4, 6 times 2^d, d in [-8, 6]; 15: zeros
-    const float mags[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-    uint32_t b[2] = {0u, 0u};
-    if (tid < 15)
-      for (int j = 0; j < 8; j += 4)
-        b[j / 4] = e4m3x4(ldexpf(mags[j], tid - 8), ldexpf(mags[j + 1], tid - 8), ldexpf(mags[j + 2], tid - 8),
-                          ldexpf(mags[j + 3], tid - 8));
-    reinterpret_cast<uint2*>(sm + C::oLut)[tid] = make_uint2(b[0], b[1]);
-  }
+  if (tid < 16) reinterpret_cast<uint2*>(sm + C::oLut)[tid] = e2m1_e4m3_table(tid);
   __syncthreads();
 
   if (tid < 128) {
@@ -268,9 +239,9 @@ __global__ void __launch_bounds__(kThreads, 1) idx_wg_kernel(const __grid_consta
     // visibility; published through qbar once the group has landed.
     for (int i = c; i < tc * HI * 8; i += 128) {
       const int ti = i / (HI * 8), h = (i / 8) % HI, ch = i % 8;
-      cpa16(sm + C::oQ + ti * kQTile + sw128_offset(h, ch), P.q8 + (int64_t(t0 + ti) * HI + h) * 32 + ch * 4, 16);
+      cp_async16(sm + C::oQ + ti * kQTile + sw128_offset(h, ch), P.q8 + (int64_t(t0 + ti) * HI + h) * 32 + ch * 4, 16);
     }
-    cpa_commit();
+    cp_async_commit();
     for (int i = c; i < tc * HI; i += 128)
       reinterpret_cast<float*>(sm + C::oWq)[i] = P.wq[int64_t(t0) * HI + i];
     if (c < tc) tok[c] = make_int2((P.tok_pos[t0 + c] + 1) / P.ratio, P.tok_flag[t0 + c]);
@@ -288,18 +259,18 @@ __global__ void __launch_bounds__(kThreads, 1) idx_wg_kernel(const __grid_consta
         if constexpr (kPacked) {
           const uint8_t* src = P.keys_packed + (ok ? pr : 0) * P.krb;  // 4-byte aligned rows
 #pragma unroll
-          for (int i = 0; i < 17; ++i) cpa4(dst + 4 * i, src + 4 * i, ok ? 4 : 0);
+          for (int i = 0; i < 17; ++i) cp_async4(dst + 4 * i, src + 4 * i, ok ? 4 : 0);
         } else {
           const bf16_t* src = P.keys + (ok ? pr : 0) * 128;
 #pragma unroll
-          for (int ch = 0; ch < 16; ++ch) cpa16(dst + 16 * ((ch + c) & 15), src + 8 * ch, ok ? 16 : 0);
+          for (int ch = 0; ch < 16; ++ch) cp_async16(dst + 16 * ((ch + c) & 15), src + 8 * ch, ok ? 16 : 0);
         }
       }
-      cpa_commit();  // one group per stage, empty past the end
+      cp_async_commit();  // one group per stage, empty past the end
     };
 #pragma unroll 1
     for (int st = 0; st < C::kRaw - 1; ++st) fetch(st);
-    cpa_wait<C::kRaw - 1>();  // the q group
+    cp_async_wait<C::kRaw - 1>();  // the q group
     fence_proxy_async();
     mbar_arrive(qbar);
 
@@ -309,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1) idx_wg_kernel(const __grid_consta
       const int s = st % kStages;
       const uint32_t ph = (st / kStages) & 1;
       fetch(st + C::kRaw - 1);  // its slot held stage st - 1, which this thread converted
-      cpa_wait<C::kRaw - 1>();  // stage st's row landed
+      cp_async_wait<C::kRaw - 1>();  // stage st's row landed
       const int slot = st % C::kRaw;
       const int64_t pr = reinterpret_cast<const int64_t*>(sm + C::oRawPhys)[slot * kTile + c];
       const uint8_t* raw = sm + C::oRaw + (slot * kTile + c) * C::kSlot;
@@ -332,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1) idx_wg_kernel(const __grid_consta
       fence_proxy_async();  // the tile is read by wgmma (the async proxy)
       mbar_arrive(&full[s]);
     }
-    cpa_wait<0>();
+    cp_async_wait<0>();
   } else {
     // ---------------- MMA warpgroups ----------------
     setmaxnreg_inc<kMmaRegs>();
@@ -342,7 +313,6 @@ __global__ void __launch_bounds__(kThreads, 1) idx_wg_kernel(const __grid_consta
     mbar_wait(qbar, 0);
     bool any_flag = false;
     for (int i = 0; i < tc; ++i) any_flag = any_flag || tok[i].y != 0;
-    const int n_units = tc * kSplit;
 #pragma unroll 1
     for (int st = 0; st < n_st; ++st) {
       const int s = st % kStages;
@@ -362,13 +332,12 @@ __global__ void __launch_bounds__(kThreads, 1) idx_wg_kernel(const __grid_consta
       // that its own MMAs overlap its epilogue, with the keys' fragments in registers (the RS
       // form, exact as well): 32 heads 4.75 against 4.53 ms, 64 heads in two sets of 32 11.5
       // against 6.7 ms, its registers spilling. The MMA wait is not what limits this kernel.)
-      float acc[4][kNU / 2];
-      float p[2][2];
+      float acc[4][HI / 2];
 #pragma unroll 1
-      for (int u = 0; u < n_units; ++u) {
-        issue_unit<kNU, kSplit>(acc, a_lo, q_lo0, u, kQTile);
+      for (int i = 0; i < tc; ++i) {
+        issue_token<HI>(acc, a_lo, q_lo0 + uint32_t(i) * (kQTile >> 4));
         wgmma_wait<0>();
-        epilogue_unit<HI, kNU, kSplit>(acc, u, p, rw, wq_s, tok, t, t0, P.scores, P.ld);
+        epilogue_token<HI>(acc, i, rw, wq_s, tok, t, t0, P.scores, P.ld);
       }
       // Rows or tokens that are not exact in e4m3: the specification on CUDA cores, by the warp
       // whose 16 rows they are.

@@ -112,14 +112,6 @@ struct WgArgs {
   float lim;
 };
 
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(smem)), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // 8 e2m1 nibbles -> 8 bf16 in four words, through the group's tables (t.x, t.y: low bytes of the
 // bf16 magnitudes 0, .5, .., 6 times 2^(s-127); t.z, t.w: their high bytes).
@@ -159,15 +151,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // Conversion tables (exact values, so any correct conversion gives the same bytes).
   if (kFp8) {
-    if (tid < 16) {  // entry d + 8 for d in [-8, 6]; entry 15 (a block the load check refused): zeros
-      const float mags[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-      uint32_t b[2] = {0u, 0u};
-      if (tid < 15)
-        for (int j = 0; j < 8; j += 4)
-          b[j / 4] = e4m3x4(ldexpf(mags[j], tid - 8), ldexpf(mags[j + 1], tid - 8), ldexpf(mags[j + 2], tid - 8),
-                            ldexpf(mags[j + 3], tid - 8));
-      reinterpret_cast<uint2*>(sm + C::oLut)[tid] = make_uint2(b[0], b[1]);
-    }
+    // Entry 15 (zeros): a block the load check refused.
+    if (tid < 16) reinterpret_cast<uint2*>(sm + C::oLut)[tid] = e2m1_e4m3_table(tid);
   } else if (tid < 256) {  // entry s: bf16 of the magnitudes times 2^(s - 127), low and high bytes
     const float mags[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
     uint32_t lo[2] = {0u, 0u}, hi[2] = {0u, 0u};
@@ -217,8 +202,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         uint32_t* rsc = reinterpret_cast<uint32_t*>(sm + C::oRsc) + (f_slot * 128 + c) * 2;
         // FP8: the 4 scales of the step; BF16: the word holding the step's 2 (4-byte aligned).
-        cp_async4(rsc, (first ? fr.sa : fr.sb) + row * a.scale_cols + (kFp8 ? f_kb * 4 : (f_kb >> 1) * 4));
-        if (kFp8) cp_async4(rsc + 1, a.smax + (int64_t(fr.e) * a.n_nb + nb) * a.nk + f_kb);
+        cp_async4(rsc, (first ? fr.sa : fr.sb) + row * a.scale_cols + (kFp8 ? f_kb * 4 : (f_kb >> 1) * 4), 4);
+        if (kFp8) cp_async4(rsc + 1, a.smax + (int64_t(fr.e) * a.n_nb + nb) * a.nk + f_kb, 4);
         if (c == 0) reinterpret_cast<int2*>(sm + C::oRmeta)[f_slot] = make_int2(fr.r0, fr.rows);
         if (++f_kb == a.nk) {
           f_kb = 0;
