@@ -1,6 +1,7 @@
 // Parity of the fast-numerics sparse attention (bf16 q, rows and out) with the CPU fast
 // backend (the specification: the exact function of the bf16 inputs, rounded once to bf16):
-// flash_bf16 (attention_flash.cu: 64 heads per CTA, decode steps split over CTAs), mma_bf16
+// wgmma_bf16 (attention_wgmma.cu) and flash_bf16 (attention_flash.cu): 64 heads per CTA, decode
+// steps split over CTAs; mma_bf16
 // (attention_mma.cu: 16 heads per CTA) and fp64, at V4 / V4.1 shapes: decode tokens, chunks of
 // 17, prefill chunks of 4,096 (window + compressed + indexer-selected rows), sequences shorter
 // than the window, 0 / 1 / 127 / 128 / 129 valid rows, tiles (and whole splits) masked.
@@ -222,8 +223,10 @@ class CudaAttentionFast : public CudaParity {
       compare_bf16("sparse_attention fp64", st.what, got, want, 1e-6, 1e-6);
       return;
     }
-    ASSERT_TRUE(impl == "flash_bf16" || impl == "mma_bf16") << impl;
-    const bool flash = impl == "flash_bf16";
+    ASSERT_TRUE(impl == "wgmma_bf16" || impl == "flash_bf16" || impl == "mma_bf16") << impl;
+    // wgmma_bf16 has flash_bf16's tiles, splits and combine; its per-tile row-sum roundings
+    // (8 adds, 2 shuffle sums, the rescale, the add, the warpgroups' sum) stay under flash's 24 u.
+    const bool flash = impl == "flash_bf16" || impl == "wgmma_bf16";
     const double R = flash ? 64 : 32, tile_u = flash ? 24 : 14, combine_u = flash ? 34 : 0, eta_mult = flash ? 2 : 1;
     const StepMeta& m = st.m;
     const int64_t T = m.n_tokens, H = st.H, D = st.D, K = st.K;
@@ -333,7 +336,7 @@ class CudaAttentionFast : public CudaParity {
   }
 
   // want_impl: the implementation the plan must pick ("" when forced).
-  void run(AttnCase c, uint32_t seed, FastAttn f = {}, const char* want_impl = "flash_bf16") {
+  void run(AttnCase c, uint32_t seed, FastAttn f = {}, const char* want_impl = "wgmma_bf16") {
     FastStep st = make_step(c, seed, f);
     std::string impl;
     const auto got = run_gpu(st, f.force, &impl);
@@ -347,7 +350,7 @@ class CudaAttentionFast : public CudaParity {
   // `sample` of its tokens, each as a one-token sequence whose ring holds the same window rows
   // (those of the chunk or of the ring), so every sampled token sees exactly the same rows.
   void run_prefill(const char* what, int start, int T, int ratio, bool with_idx, uint32_t seed,
-                   const char* want_impl = "flash_bf16") {
+                   const char* want_impl = "wgmma_bf16") {
     const int64_t H = 64, D = 512, rpb = ratio ? 128 / ratio : 0;
     const int nb = ratio ? int(std::max<int64_t>(1, ((start + T) / ratio + rpb - 1) / rpb)) : 0;
     FastStep st;
@@ -507,7 +510,7 @@ TEST_F(CudaAttentionFast, PeakySoftmaxAndV41Heads) {
   FastAttn h32;  // 32 heads: mma_bf16, two CTAs per token along y
   h32.H = 32;
   run({"H32 v41 m2 K512 T=17@2040", {{2040, 17, 0, {}}}, 2, true, 20}, 273, h32, "mma_bf16");
-  FastAttn h128;  // 128 heads: flash_bf16, two CTAs per token along y
+  FastAttn h128;  // 128 heads: wgmma_bf16, two CTAs per token along y
   h128.H = 128;
   run({"H128 csa m4 K512 T=3 (2@4000,1@9)", {{4000, 2, 0, {}}, {9, 1, 1, {}}}, 4, true, 40}, 274, h128);
 }
@@ -543,8 +546,14 @@ TEST_F(CudaAttentionFast, Prefill4096) {
   run_prefill("prefill v41 m2 K512 T=4096@8192", 8192, 4096, 2, true, 304);
 }
 
-// The previous kernels on the same cases: mma_bf16 (16 heads per CTA) and fp64 forced.
+// The previous kernels on the same cases: flash_bf16 (mma.sync, 64 heads per CTA), mma_bf16
+// (16 heads per CTA) and fp64 forced.
 TEST_F(CudaAttentionFast, OtherImplementations) {
+  FastAttn fl;
+  fl.force = "flash_bf16";
+  run({"flash_bf16 csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 313, fl);
+  run({"flash_bf16 T=1 decode csa m4 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 314, fl);
+  run({"flash_bf16 hca m128 T=18", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 315, fl);
   FastAttn mma;
   mma.force = "mma_bf16";
   run({"mma_bf16 csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 311, mma);
@@ -568,12 +577,17 @@ TEST_F(CudaAttentionFast, PackedRowsEqualBf16Rows) {
       v41_kv{kvpack::Format::Fp4E4m3B16, 512, 0};
   FastAttn flash;
   run_packed({"packed csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 321, flash, v4,
-             v4, "flash_bf16");
+             v4, "wgmma_bf16");
   run_packed({"packed hca m128 T=18", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 322, flash, v4, v4,
-             "flash_bf16");
-  run_packed({"packed decode csa T=1 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 323, flash, v4, v4, "flash_bf16");
+             "wgmma_bf16");
+  run_packed({"packed decode csa T=1 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 323, flash, v4, v4, "wgmma_bf16");
   run_packed({"packed v41 m2 K512 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 324, flash, v41_swa, v41_kv,
-             "flash_bf16");
+             "wgmma_bf16");
+  FastAttn fl;
+  fl.force = "flash_bf16";
+  run_packed({"packed flash csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 329, fl,
+             v4, v4, "");
+  run_packed({"packed flash v41 m2 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 330, fl, v41_swa, v41_kv, "");
   FastAttn mma;
   mma.force = "mma_bf16";
   run_packed({"packed mma csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 325, mma,

@@ -1,5 +1,5 @@
 // Timings of the fast-numerics sparse attention at the V4-Flash / V4.1-Flash shapes (64 heads x
-// 512, window 128), flash_bf16 (attention_flash.cu) against the previous mma_bf16
+// 512, window 128), wgmma_bf16 (attention_wgmma.cu) and flash_bf16 (attention_flash.cu) against mma_bf16
 // (attention_mma.cu) in the same run. Not tests: DISABLED_ unless asked for with
 // --gtest_also_run_disabled_tests (scripts/gpu-check runs every DISABLED_ test):
 //   build/tests/cuda/test_cuda --gtest_also_run_disabled_tests --gtest_filter='CudaAttnBench.*'
@@ -64,7 +64,7 @@ class CudaAttnBench : public CudaParity {
     a.out = poisoned(DType::BF16, {T, H, D});
     const double flops = 4.0 * double(H * D) * rows;
     double base_ms = 0;
-    for (const char* impl : {"mma_bf16", "flash_bf16"}) {
+    for (const char* impl : {"mma_bf16", "flash_bf16", "wgmma_bf16"}) {
       BackendOptions o = test_options();
       o.force["sparse_attention"] = impl;
       auto be = make_backend(BackendKind::CUDA, 0, o);

@@ -55,7 +55,7 @@ TEST(KernelPlan, V4FlashOnCudaPerMode) {
   for (const char* kind : {"SWA attention", "CSA attention", "HCA attention"}) {
     EXPECT_EQ(impls(ref, "sparse_attention", kind), V{"fp64"}) << kind;
     EXPECT_EQ(impls(off, "sparse_attention", kind), V{"mma_split_bf16"}) << kind;
-    EXPECT_EQ(impls(fast, "sparse_attention", kind), V{"flash_bf16"}) << kind;  // 64 heads per CTA
+    EXPECT_EQ(impls(fast, "sparse_attention", kind), V{"wgmma_bf16"}) << kind;  // 64 heads per CTA, wgmma
   }
   // Projections: FP8 128x128 with act 128 on cuBLASLt once activations are quantized; reference
   // numerics quantize nothing, so the exact SIMT kernel runs them.
@@ -135,7 +135,7 @@ TEST(KernelPlan, V41FlashOnCudaRegimesAndCandidates) {
   for (const PlanEntry& e : fast.entries())
     if (e.site.op == "sparse_attention") {
       EXPECT_EQ(e.impls.size(), 1u);
-      EXPECT_EQ(e.impls[0]->name, "flash_bf16") << e.site.where;
+      EXPECT_EQ(e.impls[0]->name, "wgmma_bf16") << e.site.where;
     }
 }
 
@@ -272,7 +272,7 @@ TEST(KernelPlan, V41DsparkSitesOnCuda) {
       if (e.site.op == "sparse_attention" && e.site.non_causal) {
         ++non_causal;
         EXPECT_NE(e.site.where.find("DSpark attention"), std::string::npos) << e.site.where;
-        EXPECT_EQ(e.impls[0]->name, n == Numerics::Fast ? "flash_bf16" : "mma_split_bf16");
+        EXPECT_EQ(e.impls[0]->name, n == Numerics::Fast ? "wgmma_bf16" : "mma_split_bf16");
       }
     EXPECT_EQ(non_causal, 1);
     EXPECT_FALSE(impls(p, "linear", "DSpark confidence_head").empty());

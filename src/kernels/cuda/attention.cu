@@ -231,12 +231,12 @@ void sparse_attention(Ctx& c, const AttnArgs& a, const StepMeta& m, const std::s
     using T = decltype(tq);
     const AttnParams<T> P = make_attn_params<T>(a, m);
     if (T_tokens == 0) return;
-    if (impl == "flash_bf16") {  // fast: CTA per (token, 64 heads), rows gathered once per token
+    if (impl == "flash_bf16" || impl == "wgmma_bf16") {  // fast: CTA per (token, 64 heads), rows gathered once
       if constexpr (std::is_same_v<T, bf16_t>) {
-        sparse_attention_flash(c, P, a, m, T_tokens);
+        sparse_attention_flash(c, P, a, m, T_tokens, 0, impl == "wgmma_bf16" ? FlashKernel::Wgmma : FlashKernel::Mma);
         return;
       }
-      DIL_FAIL("sparse_attention flash_bf16: ", dtype_name(a.q.dtype), " activations (bf16 only)");
+      DIL_FAIL("sparse_attention ", impl, ": ", dtype_name(a.q.dtype), " activations (bf16 only)");
     }
     if (impl == "mma_split_bf16" || impl == "mma_bf16") {
       // official: f32 operands split hi + lo; fast: BF16 operands and probabilities.

@@ -175,13 +175,6 @@ __device__ __forceinline__ void convert_packed_row(const AttnParams<bf16_t>& P, 
   }
 }
 
-struct FlashOut {
-  bf16_t* out;     // [T, H, d] (n_split == 1)
-  float* o_part;   // [n_split, T, H, d] unnormalised O (n_split > 1)
-  float* ml_part;  // [n_split, T, H, 2] running max (log2 domain) and row sum
-  int n_split;
-};
-
 __global__ void __launch_bounds__(kThreads, 1) attn_flash_kernel(AttnParams<bf16_t> P, FlashOut F) {
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* qs = reinterpret_cast<uint16_t*>(smem);                         // [64][kStride] bf16
@@ -430,14 +423,13 @@ int flash_splits(const AttnArgs& a, const StepMeta& m, int sm_count) {
 }
 
 void sparse_attention_flash(Ctx& c, const AttnParams<bf16_t>& P, const AttnArgs& a, const StepMeta& m, int T_tokens,
-                            int n_split) {
+                            int n_split, FlashKernel kernel) {
   DIL_CHECK(P.d == kD && P.H % kHeads == 0, "sparse_attention flash_bf16: H ", P.H, " d ", P.d);
   if (n_split <= 0) {
     int sms = 0;
     DIL_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c.device));
     n_split = flash_splits(a, m, sms);
   }
-  DIL_CUDA(cudaFuncSetAttribute(attn_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   FlashOut F{P.out, nullptr, nullptr, n_split};
   Buffer o_part, ml_part;  // [n_split, T, H, d] and [n_split, T, H, 2] f32, while the stream uses them
   if (n_split > 1) {
@@ -447,8 +439,13 @@ void sparse_attention_flash(Ctx& c, const AttnParams<bf16_t>& P, const AttnArgs&
     F.ml_part = static_cast<float*>(ml_part.data());
   }
   dim3 grid(unsigned(T_tokens), unsigned(P.H / kHeads), unsigned(n_split));
-  attn_flash_kernel<<<grid, kThreads, kSmem, c.stream>>>(P, F);
-  DIL_LAUNCH_CHECK("attn_flash_kernel");
+  if (kernel == FlashKernel::Wgmma) {
+    launch_attn_wgmma(c, P, F, grid);
+  } else {
+    DIL_CUDA(cudaFuncSetAttribute(attn_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    attn_flash_kernel<<<grid, kThreads, kSmem, c.stream>>>(P, F);
+    DIL_LAUNCH_CHECK("attn_flash_kernel");
+  }
   if (n_split > 1) {
     attn_flash_combine<<<unsigned(T_tokens * P.H), 128, 0, c.stream>>>(F.o_part, F.ml_part, P.sink, P.out, T_tokens,
                                                                        P.H, n_split);

@@ -17,9 +17,25 @@ constexpr int kFlashHeads = 64, kFlashD = 512, kFlashRows = 64;
 // and 16 (host arithmetic on the positions of StepMeta, nothing read back).
 int flash_splits(const AttnArgs& a, const StepMeta& m, int sm_count);
 
+// Where a flash kernel writes: the bf16 output when a token's rows are one CTA's, else per split
+// its unnormalised O, running max (log2 domain) and row sum for the combine kernel.
+struct FlashOut {
+  bf16_t* out;     // [T, H, d] (n_split == 1)
+  float* o_part;   // [n_split, T, H, d] unnormalised O (n_split > 1)
+  float* ml_part;  // [n_split, T, H, 2] running max (log2 domain) and row sum
+  int n_split;
+};
+
+// The kernel behind the flash structure: mma.sync with 8 warps (attention_flash.cu, flash_bf16)
+// or wgmma with two warpgroups (attention_wgmma.cu, wgmma_bf16). Same tiles, splits, outputs.
+enum class FlashKernel { Mma, Wgmma };
+
 // out = attention (AttnArgs semantics, CpuBackend::sparse_attention) with n_split CTAs per
 // (token, 64 heads): n_split == 0 picks flash_splits on this device.
 void sparse_attention_flash(Ctx& c, const AttnParams<bf16_t>& P, const AttnArgs& a, const StepMeta& m, int T_tokens,
-                            int n_split = 0);
+                            int n_split = 0, FlashKernel kernel = FlashKernel::Mma);
+
+// The wgmma kernel on grid (tokens, H / 64, n_split) (attention_wgmma.cu).
+void launch_attn_wgmma(Ctx& c, const AttnParams<bf16_t>& P, const FlashOut& F, dim3 grid);
 
 }  // namespace dil::cuda
