@@ -336,7 +336,7 @@ class CudaAttentionFast : public CudaParity {
   }
 
   // want_impl: the implementation the plan must pick ("" when forced).
-  void run(AttnCase c, uint32_t seed, FastAttn f = {}, const char* want_impl = "wgmma_bf16") {
+  void run(AttnCase c, uint32_t seed, FastAttn f = {}, const char* want_impl = "flash_bf16") {
     FastStep st = make_step(c, seed, f);
     std::string impl;
     const auto got = run_gpu(st, f.force, &impl);
@@ -350,7 +350,7 @@ class CudaAttentionFast : public CudaParity {
   // `sample` of its tokens, each as a one-token sequence whose ring holds the same window rows
   // (those of the chunk or of the ring), so every sampled token sees exactly the same rows.
   void run_prefill(const char* what, int start, int T, int ratio, bool with_idx, uint32_t seed,
-                   const char* want_impl = "wgmma_bf16") {
+                   const char* want_impl = "wgmma_bf16", const char* force = "") {
     const int64_t H = 64, D = 512, rpb = ratio ? 128 / ratio : 0;
     const int nb = ratio ? int(std::max<int64_t>(1, ((start + T) / ratio + rpb - 1) / rpb)) : 0;
     FastStep st;
@@ -375,8 +375,8 @@ class CudaAttentionFast : public CudaParity {
     }
     st.scale = 1.0f / std::sqrt(float(D));
     std::string impl;
-    const auto got_all = run_gpu(st, "", &impl);
-    EXPECT_EQ(impl, want_impl) << what;
+    const auto got_all = run_gpu(st, force, &impl);
+    EXPECT_EQ(impl, *force ? force : want_impl) << what;
 
     std::vector<int> sample = {0, 1, 63, 64, 126, 127, 128, 129, T / 2, T - 2, T - 1};
     for (int t = 200; t < T; t += 397) sample.push_back(t);
@@ -510,7 +510,7 @@ TEST_F(CudaAttentionFast, PeakySoftmaxAndV41Heads) {
   FastAttn h32;  // 32 heads: mma_bf16, two CTAs per token along y
   h32.H = 32;
   run({"H32 v41 m2 K512 T=17@2040", {{2040, 17, 0, {}}}, 2, true, 20}, 273, h32, "mma_bf16");
-  FastAttn h128;  // 128 heads: wgmma_bf16, two CTAs per token along y
+  FastAttn h128;  // 128 heads: flash_bf16, two CTAs per token along y
   h128.H = 128;
   run({"H128 csa m4 K512 T=3 (2@4000,1@9)", {{4000, 2, 0, {}}, {9, 1, 1, {}}}, 4, true, 40}, 274, h128);
 }
@@ -546,14 +546,40 @@ TEST_F(CudaAttentionFast, Prefill4096) {
   run_prefill("prefill v41 m2 K512 T=4096@8192", 8192, 4096, 2, true, 304);
 }
 
-// The previous kernels on the same cases: flash_bf16 (mma.sync, 64 heads per CTA), mma_bf16
-// (16 heads per CTA) and fp64 forced.
+// wgmma_bf16 forced below 128 tokens (the plan's choice from 128) on the shapes and edges above:
+// chunks and decode tokens (the split path; packed rows dequantized in registers), HCA's long row
+// lists, V4.1, 0 / 1 picks, the tile edges, 128 heads; and flash_bf16 at a prefill size.
+TEST_F(CudaAttentionFast, WgmmaAllKinds) {
+  FastAttn wg;
+  wg.force = "wgmma_bf16";
+  run({"wgmma csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 331, wg);
+  run({"wgmma hca m128 T=18 (17@300,1@1M)", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 332, wg);
+  run({"wgmma swa T=20 (17@0,3@126)", {{0, 17, 0, {}}, {126, 3, 2, {}}}, 0, false, 0}, 333, wg);
+  run({"wgmma v41 m2 K512 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 334, wg);
+  run({"wgmma T=1 decode csa m4 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 335, wg);
+  run({"wgmma non-causal T=5 (5@300)", {{300, 5, 0, {}}}, 0, false, 0, true}, 336, wg);
+  run({"wgmma swa 1/127/128 rows T=4", {{0, 1, 0, {}}, {126, 1, 1, {}}, {127, 1, 2, {}}, {900, 1, 3, {}}}, 0, false, 0},
+      337, wg);
+  FastAttn none = wg;
+  none.idx_keep = 0;
+  run({"wgmma csa K512 0 picks T=2", {{5000, 1, 0, {}}, {300, 1, 1, {}}}, 4, true, 48}, 338, none);
+  FastAttn one = wg;
+  one.idx_keep = 1;
+  run({"wgmma csa K512 1 pick = 129 rows T=3", {{5000, 1, 0, {}}, {127, 1, 1, {}}, {3000, 1, 2, {}}}, 4, true, 80}, 339,
+      one);
+  FastAttn peaky = wg;
+  peaky.q_amp = 6.0f;
+  run({"wgmma peaky csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 340, peaky);
+  FastAttn h128 = wg;
+  h128.H = 128;
+  run({"wgmma H128 csa m4 K512 T=3", {{4000, 2, 0, {}}, {9, 1, 1, {}}}, 4, true, 40}, 341, h128);
+  run({"wgmma hca m128 all rows T=1 @131071", {{131071, 1, 0, {}}}, 128, false, 1030}, 342, wg);
+  // flash_bf16 forced at a prefill size (the plan takes wgmma_bf16 there).
+  run_prefill("flash prefill csa m4 K512 T=4096@8192", 8192, 4096, 4, true, 345, "", "flash_bf16");
+}
+
+// The previous kernels on the same cases: mma_bf16 (16 heads per CTA) and fp64 forced.
 TEST_F(CudaAttentionFast, OtherImplementations) {
-  FastAttn fl;
-  fl.force = "flash_bf16";
-  run({"flash_bf16 csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 313, fl);
-  run({"flash_bf16 T=1 decode csa m4 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 314, fl);
-  run({"flash_bf16 hca m128 T=18", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 315, fl);
   FastAttn mma;
   mma.force = "mma_bf16";
   run({"mma_bf16 csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 311, mma);
@@ -577,17 +603,21 @@ TEST_F(CudaAttentionFast, PackedRowsEqualBf16Rows) {
       v41_kv{kvpack::Format::Fp4E4m3B16, 512, 0};
   FastAttn flash;
   run_packed({"packed csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 321, flash, v4,
-             v4, "wgmma_bf16");
+             v4, "flash_bf16");
   run_packed({"packed hca m128 T=18", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 322, flash, v4, v4,
-             "wgmma_bf16");
-  run_packed({"packed decode csa T=1 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 323, flash, v4, v4, "wgmma_bf16");
+             "flash_bf16");
+  run_packed({"packed decode csa T=1 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 323, flash, v4, v4, "flash_bf16");
   run_packed({"packed v41 m2 K512 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 324, flash, v41_swa, v41_kv,
-             "wgmma_bf16");
-  FastAttn fl;
-  fl.force = "flash_bf16";
-  run_packed({"packed flash csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 329, fl,
+             "flash_bf16");
+  FastAttn wg;
+  wg.force = "wgmma_bf16";
+  run_packed({"packed wgmma csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 329, wg,
              v4, v4, "");
-  run_packed({"packed flash v41 m2 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 330, fl, v41_swa, v41_kv, "");
+  run_packed({"packed wgmma hca m128 T=18", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 343, wg, v4, v4,
+             "");
+  run_packed({"packed wgmma decode csa T=1 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 344, wg, v4, v4, "");
+  run_packed({"packed wgmma v41 m2 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 330, wg, v41_swa, v41_kv,
+             "");
   FastAttn mma;
   mma.force = "mma_bf16";
   run_packed({"packed mma csa m4 K512 T=19", {{4000, 17, 0, {}}, {7, 1, 1, {}}, {0, 1, 2, {}}}, 4, true, 40}, 325, mma,

@@ -55,7 +55,7 @@ TEST(KernelPlan, V4FlashOnCudaPerMode) {
   for (const char* kind : {"SWA attention", "CSA attention", "HCA attention"}) {
     EXPECT_EQ(impls(ref, "sparse_attention", kind), V{"fp64"}) << kind;
     EXPECT_EQ(impls(off, "sparse_attention", kind), V{"mma_split_bf16"}) << kind;
-    EXPECT_EQ(impls(fast, "sparse_attention", kind), V{"wgmma_bf16"}) << kind;  // 64 heads per CTA, wgmma
+    EXPECT_EQ(impls(fast, "sparse_attention", kind), (V{"flash_bf16", "wgmma_bf16"})) << kind;  // wgmma from 128
   }
   // Projections: FP8 128x128 with act 128 on cuBLASLt once activations are quantized; reference
   // numerics quantize nothing, so the exact SIMT kernel runs them.
@@ -131,11 +131,12 @@ TEST(KernelPlan, V41FlashOnCudaRegimesAndCandidates) {
   wg.force["indexer_topk"] = "wgmma_fp8";
   const std::string msg = error_of([&] { plan_of(kV41, BackendKind::CUDA, Numerics::Fast, wg); });
   EXPECT_NE(msg.find("not Reindex"), std::string::npos) << msg;
-  // 64 heads of 512: the FlashMLA-style kernel at every attention site.
+  // 64 heads of 512: the FlashMLA-style kernels at every attention site, wgmma from 128 tokens.
   for (const PlanEntry& e : fast.entries())
     if (e.site.op == "sparse_attention") {
-      EXPECT_EQ(e.impls.size(), 1u);
-      EXPECT_EQ(e.impls[0]->name, "wgmma_bf16") << e.site.where;
+      EXPECT_EQ(e.impls.size(), 2u);
+      EXPECT_EQ(e.for_rows(127).name, "flash_bf16") << e.site.where;
+      EXPECT_EQ(e.for_rows(128).name, "wgmma_bf16") << e.site.where;
     }
 }
 
@@ -272,7 +273,7 @@ TEST(KernelPlan, V41DsparkSitesOnCuda) {
       if (e.site.op == "sparse_attention" && e.site.non_causal) {
         ++non_causal;
         EXPECT_NE(e.site.where.find("DSpark attention"), std::string::npos) << e.site.where;
-        EXPECT_EQ(e.impls[0]->name, n == Numerics::Fast ? "wgmma_bf16" : "mma_split_bf16");
+        EXPECT_EQ(e.impls[0]->name, n == Numerics::Fast ? "flash_bf16" : "mma_split_bf16");
       }
     EXPECT_EQ(non_causal, 1);
     EXPECT_FALSE(impls(p, "linear", "DSpark confidence_head").empty());

@@ -439,8 +439,9 @@ void sparse_attention_flash(Ctx& c, const AttnParams<bf16_t>& P, const AttnArgs&
     F.ml_part = static_cast<float*>(ml_part.data());
   }
   dim3 grid(unsigned(T_tokens), unsigned(P.H / kHeads), unsigned(n_split));
+  std::vector<Buffer> pools;  // the wgmma kernel's BF16 rows, while the stream uses them
   if (kernel == FlashKernel::Wgmma) {
-    launch_attn_wgmma(c, P, F, grid);
+    launch_attn_wgmma(c, pool_packed_rows(c, P, m, T_tokens, pools), F, grid);
   } else {
     DIL_CUDA(cudaFuncSetAttribute(attn_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
     attn_flash_kernel<<<grid, kThreads, kSmem, c.stream>>>(P, F);

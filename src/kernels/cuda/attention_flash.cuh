@@ -3,6 +3,8 @@
 // shared-memory tiles, BF16 tensor-core products with f32 accumulation, BF16 P; decode-sized
 // steps split each token's rows over several CTAs and combine.
 #pragma once
+#include <vector>
+
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace dil::cuda {
@@ -34,6 +36,14 @@ enum class FlashKernel { Mma, Wgmma };
 // (token, 64 heads): n_split == 0 picks flash_splits on this device.
 void sparse_attention_flash(Ctx& c, const AttnParams<bf16_t>& P, const AttnArgs& a, const StepMeta& m, int T_tokens,
                             int n_split = 0, FlashKernel kernel = FlashKernel::Mma);
+
+// For the wgmma kernel (attention_wgmma.cu): when the step reads its packed rows (the official
+// FP8 / FP4 formats of fast numerics' cache) at least twice each on average (prefill chunks) and
+// the pools stay under 256 MiB, dequantizes every row it can read once into BF16 pools (scratch
+// buffers appended to `keep`, alive while the stream uses them) and returns P reading those as
+// plain rows; otherwise P itself (the kernel dequantizes in registers).
+AttnParams<bf16_t> pool_packed_rows(Ctx& c, const AttnParams<bf16_t>& P, const StepMeta& m, int T_tokens,
+                                    std::vector<Buffer>& keep);
 
 // The wgmma kernel on grid (tokens, H / 64, n_split) (attention_wgmma.cu).
 void launch_attn_wgmma(Ctx& c, const AttnParams<bf16_t>& P, const FlashOut& F, dim3 grid);
