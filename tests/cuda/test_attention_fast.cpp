@@ -574,6 +574,8 @@ TEST_F(CudaAttentionFast, WgmmaAllKinds) {
   h128.H = 128;
   run({"wgmma H128 csa m4 K512 T=3", {{4000, 2, 0, {}}, {9, 1, 1, {}}}, 4, true, 40}, 341, h128);
   run({"wgmma hca m128 all rows T=1 @131071", {{131071, 1, 0, {}}}, 128, false, 1030}, 342, wg);
+  // A decode step whose short token leaves most of its splits without tiles (empty CTAs).
+  run({"wgmma decode mixed T=2 (1@5000,1@3)", {{5000, 1, 0, {}}, {3, 1, 1, {}}}, 4, true, 48}, 346, wg);
   // flash_bf16 forced at a prefill size (the plan takes wgmma_bf16 there).
   run_prefill("flash prefill csa m4 K512 T=4096@8192", 8192, 4096, 4, true, 345, "", "flash_bf16");
 }
@@ -616,6 +618,8 @@ TEST_F(CudaAttentionFast, PackedRowsEqualBf16Rows) {
   run_packed({"packed wgmma hca m128 T=18", {{300, 17, 3, {}}, {1048575, 1, 1, {}}}, 128, false, 8200}, 343, wg, v4, v4,
              "");
   run_packed({"packed wgmma decode csa T=1 @5000", {{5000, 1, 1, {}}}, 4, true, 40}, 344, wg, v4, v4, "");
+  // HCA (every visible row, no indexer) with the step reading its rows often enough to pool them.
+  run_packed({"packed wgmma hca m128 pooled T=64@4000", {{4000, 64, 0, {}}}, 128, false, 40}, 347, wg, v4, v4, "");
   run_packed({"packed wgmma v41 m2 T=18", {{2040, 17, 0, {}}, {129, 1, 3, {}}}, 2, true, 20}, 330, wg, v41_swa, v41_kv,
              "");
   FastAttn mma;

@@ -340,6 +340,7 @@ AttnParams<bf16_t> pool_packed_rows(Ctx& c, const AttnParams<bf16_t>& P, const S
     Q.block_table = bt2;
   }
   const int64_t warps = ring_rows + comp_rows;
+  if (warps == 0) return P;
   attn_pool_kernel<<<unsigned((warps + 7) / 8), 256, 0, c.stream>>>(P, ring_pool, slot2, ring_rows, comp_pool, bt2,
                                                                    comp_rows);
   DIL_LAUNCH_CHECK("attn_pool_kernel");
