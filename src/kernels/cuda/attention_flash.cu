@@ -39,7 +39,7 @@ constexpr int kSegs = kD / 8;             // 16-byte segments per row
 constexpr int kThreadsPerRow = kThreads / kRows;  // 4 threads stage one row of a tile
 constexpr int kDimsPerWarp = kD / 2;      // 256 output dims per warp
 constexpr int kNt = kDimsPerWarp / 8;     // 32 n-tiles of O per warp
-constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLog2e = kFlashLog2e;
 
 constexpr size_t kQBytes = size_t(kHeads) * kStride * 2;       // [64][kStride] bf16
 constexpr size_t kTileBytes = size_t(kRows) * kStride * 2;     // [64][kStride] bf16
@@ -65,9 +65,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16);
 }
 
 // The one function that reads a KV row: segments first, first + kThreadsPerRow, ... (8 values
@@ -328,9 +325,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_flash_kernel(AttnParams<bf16
     const uint32_t vb_lane = smem_addr(tile + vb_row * kStride + vb_col);
 #pragma unroll
     for (int kk = 0; kk < kRows / 16; ++kk) {
-      const uint32_t a[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
-                             pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                             pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+      const uint32_t a[4] = {pack_bf16x2(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16x2(sc[2 * kk][2], sc[2 * kk][3]),
+                             pack_bf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                             pack_bf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
       const uint32_t row_addr = vb_lane + unsigned(16 * kk * kStride * 2);
 #pragma unroll
       for (int jp = 0; jp < kNt / 2; ++jp) {
@@ -369,8 +366,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_flash_kernel(AttnParams<bf16
   bf16_t* outB = F.out + (int64_t(t) * P.H + hB) * kD + dim0;
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {  // two bf16 (even element offset: 4-byte aligned), each rounded once
-    *reinterpret_cast<uint32_t*>(outA + 8 * j) = pack_bf16(o[j][0] * fA, o[j][1] * fA);
-    *reinterpret_cast<uint32_t*>(outB + 8 * j) = pack_bf16(o[j][2] * fB, o[j][3] * fB);
+    *reinterpret_cast<uint32_t*>(outA + 8 * j) = pack_bf16x2(o[j][0] * fA, o[j][1] * fA);
+    *reinterpret_cast<uint32_t*>(outB + 8 * j) = pack_bf16x2(o[j][2] * fB, o[j][3] * fB);
   }
 }
 
@@ -398,12 +395,19 @@ __global__ void __launch_bounds__(128) attn_flash_combine(const float* o_part, c
   }
   const float f = 1.f / den;
   uint2 pk;
-  pk.x = pack_bf16(num.x * f, num.y * f);
-  pk.y = pack_bf16(num.z * f, num.w * f);
+  pk.x = pack_bf16x2(num.x * f, num.y * f);
+  pk.y = pack_bf16x2(num.z * f, num.w * f);
   reinterpret_cast<uint2*>(out + int64_t(row) * kD)[threadIdx.x] = pk;
 }
 
 }  // namespace
+
+int flash_token_rows(const StepMeta& m, int t, int window, bool non_causal, int ratio, int K) {
+  const int p = m.h_tok_pos[size_t(t)], sq = m.h_tok_seq[size_t(t)];
+  const int n_win = non_causal ? std::min(m.h_start_pos[size_t(sq)], window) + m.h_len[size_t(sq)]
+                               : std::min(p + 1, window);  // attn_window
+  return n_win + (ratio > 0 ? (K ? K : (p + 1) / ratio) : 0);
+}
 
 int flash_splits(const AttnArgs& a, const StepMeta& m, int sm_count) {
   const int64_t T = a.q.size(0), G = a.q.size(1) / kHeads;
@@ -411,13 +415,9 @@ int flash_splits(const AttnArgs& a, const StepMeta& m, int sm_count) {
   const int K = a.comp_idx.empty() ? 0 : int(a.comp_idx.size(1));
   const int ratio = a.comp.empty() ? 0 : a.comp_ratio;
   int max_tiles = 1;
-  for (int64_t t = 0; t < T && t < int64_t(m.h_tok_pos.size()); ++t) {
-    const int p = m.h_tok_pos[size_t(t)], sq = m.h_tok_seq[size_t(t)];
-    const int n_win = a.non_causal ? std::min(m.h_start_pos[size_t(sq)], a.window) + m.h_len[size_t(sq)]
-                                   : std::min(p + 1, a.window);  // attn_window
-    const int n = n_win + (ratio > 0 ? (K ? K : (p + 1) / ratio) : 0);
-    max_tiles = std::max(max_tiles, int(ceil_div(n, kRows)));
-  }
+  for (int64_t t = 0; t < T && t < int64_t(m.h_tok_pos.size()); ++t)
+    max_tiles =
+        std::max(max_tiles, int(ceil_div(flash_token_rows(m, int(t), a.window, a.non_causal, ratio, K), kRows)));
   const int want = int(sm_count / (T * G));  // CTAs within one wave (one CTA per SM): a second wave would double the time
   return std::max(1, std::min({want, max_tiles / 2, 16}));
 }

@@ -28,6 +28,12 @@ struct FlashOut {
   int n_split;
 };
 
+constexpr float kFlashLog2e = 1.4426950408889634f;
+
+// Host: candidate rows of token t (window + compressed: all visible, or the K picks), as
+// attn_window / attn_row count them, from StepMeta's host copies.
+int flash_token_rows(const StepMeta& m, int t, int window, bool non_causal, int ratio, int K);
+
 // The kernel behind the flash structure: mma.sync with 8 warps (attention_flash.cu, flash_bf16)
 // or wgmma with two warpgroups (attention_wgmma.cu, wgmma_bf16). Same tiles, splits, outputs.
 enum class FlashKernel { Mma, Wgmma };

@@ -43,14 +43,11 @@ constexpr uint32_t oQ = 0, oT = kTile, oP = 3 * kTile;     // q, tiles [2], P (o
 constexpr uint32_t oMx = oP + kBlk, oL = oMx + 2 * 64 * 4, oV = oL + 2 * 64 * 4;  // [2][64] f32, f32, int
 constexpr int kSmem = int(oV + 2 * kRows * 4) + 1024;     // + the base's 1024-byte alignment
 static_assert(kSmem <= 232448 && kHeads == 64 && kRows == 64, "shared memory layout");
-constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLog2e = kFlashLog2e;
 
 // Byte offset of 16-byte segment `seg` (dims 8 seg .. 8 seg + 7) of line r (a row or a head).
 __device__ __forceinline__ uint32_t seg_off(int r, int seg) {
   return uint32_t(seg >> 3) * kBlk + sw128_offset(r, seg & 7);
-}
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16);
 }
 
 // Candidates [c0, c0 + 64) of token t into `tile`: this thread's row r = tid / 4 takes segments
@@ -191,8 +188,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_wgmma_kernel(const __grid_co
       sA += sc[4 * j] + sc[4 * j + 1];
       sB += sc[4 * j + 2] + sc[4 * j + 3];
       // P[head][tile row]: 16-byte chunk 4 wg + j of the head's line, element 2tg.
-      *reinterpret_cast<uint32_t*>(ps + sw128_offset(hA, 4 * wg + j) + 4 * tg) = pack2(sc[4 * j], sc[4 * j + 1]);
-      *reinterpret_cast<uint32_t*>(ps + sw128_offset(hB, 4 * wg + j) + 4 * tg) = pack2(sc[4 * j + 2], sc[4 * j + 3]);
+      *reinterpret_cast<uint32_t*>(ps + sw128_offset(hA, 4 * wg + j) + 4 * tg) = pack_bf16x2(sc[4 * j], sc[4 * j + 1]);
+      *reinterpret_cast<uint32_t*>(ps + sw128_offset(hB, 4 * wg + j) + 4 * tg) = pack_bf16x2(sc[4 * j + 2], sc[4 * j + 3]);
     }
     fence_proxy_async();  // P is read by wgmma
 #pragma unroll
@@ -258,8 +255,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_wgmma_kernel(const __grid_co
   bf16_t* outB = F.out + (int64_t(t) * P.H + gB) * kD + dim0;
 #pragma unroll
   for (int j = 0; j < 32; ++j) {  // two bf16 (even element offset: 4-byte aligned), each rounded once
-    *reinterpret_cast<uint32_t*>(outA + 8 * j) = pack2(o[4 * j] * fA, o[4 * j + 1] * fA);
-    *reinterpret_cast<uint32_t*>(outB + 8 * j) = pack2(o[4 * j + 2] * fB, o[4 * j + 3] * fB);
+    *reinterpret_cast<uint32_t*>(outA + 8 * j) = pack_bf16x2(o[4 * j] * fA, o[4 * j + 1] * fA);
+    *reinterpret_cast<uint32_t*>(outB + 8 * j) = pack_bf16x2(o[4 * j + 2] * fB, o[4 * j + 3] * fB);
   }
 #endif
 }
@@ -309,11 +306,8 @@ AttnParams<bf16_t> pool_packed_rows(Ctx& c, const AttnParams<bf16_t>& P, const S
   const int64_t comp_rows = comp_p ? n_seqs * int64_t(P.max_blocks) * P.rpb : 0;
   // Rows the step reads (each token's window and compressed candidates), from the host copies.
   int64_t reads = 0;
-  for (int t = 0; t < T_tokens && t < int(m.h_tok_pos.size()); ++t) {
-    const int p = m.h_tok_pos[size_t(t)], sq = m.h_tok_seq[size_t(t)];
-    reads += P.non_causal ? std::min(m.h_start_pos[size_t(sq)], P.W) + m.h_len[size_t(sq)] : std::min(p + 1, P.W);
-    if (P.ratio > 0) reads += P.K ? P.K : (p + 1) / P.ratio;
-  }
+  for (int t = 0; t < T_tokens && t < int(m.h_tok_pos.size()); ++t)
+    reads += flash_token_rows(m, t, P.W, P.non_causal != 0, P.ratio, P.K);
   const int64_t pool_bytes = (ring_rows + comp_rows) * kD * 2;
   if (reads < 2 * (ring_rows + comp_rows) || pool_bytes > (int64_t(256) << 20)) return P;
   AttnParams<bf16_t> Q = P;

@@ -42,11 +42,8 @@ __device__ __forceinline__ float bf16_at(const uint4& v, int e) {
   const uint32_t w = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
   return (e & 1) ? hi_bf16(w) : lo_bf16(w);
 }
-__device__ __forceinline__ uint32_t pair_bf16(float a, float b) {
-  return uint32_t(bf16_bits(a)) | (uint32_t(bf16_bits(b)) << 16);
-}
 __device__ __forceinline__ uint4 pack_bf16(const float* v) {  // v[8], each already exact in bf16 or rounded here
-  return make_uint4(pair_bf16(v[0], v[1]), pair_bf16(v[2], v[3]), pair_bf16(v[4], v[5]), pair_bf16(v[6], v[7]));
+  return make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
 }
 
 // The three bf16 pieces of an f32 weight: f = hi + mid + lo exactly (hi and mid RNE to 8

@@ -34,5 +34,9 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
 
 // f32 -> BF16 bits, round to nearest even (exact for values with <= 8 significant bits).
 __device__ __forceinline__ uint16_t bf16_bits(float f) { return uint16_t(__float_as_uint(d_round_bf16(f)) >> 16); }
+// Two values as bf16 (each rounded once, RNE) in one word: lo in bits 0-15, hi in 16-31.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16);
+}
 
 }  // namespace dil::cuda
