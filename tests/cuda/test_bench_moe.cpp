@@ -91,8 +91,8 @@ TEST_F(CudaBenchMoe, DISABLED_Prefill) {
 
 // Decode: 64 tokens x 6 slots over all experts (the gemv regime), weight streaming rate.
 TEST_F(CudaBenchMoe, DISABLED_Decode) {
-  bench(MoeShape{"v4 decode T=64 E256 act128", 4096, 2048, 256, 64, 128}, {""});
-  bench(MoeShape{"v41 decode T=64 E384 act32", 5120, 2304, 384, 64, 32}, {""});
+  bench(MoeShape{"v4 decode T=64 E256 act128", 4096, 2048, 256, 64, 128}, {"gemv_fp8", "gemv"});
+  bench(MoeShape{"v41 decode T=64 E384 act32", 5120, 2304, 384, 64, 32}, {"gemv_fp8", "gemv"});
 }
 
 }  // namespace

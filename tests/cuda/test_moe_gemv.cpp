@@ -1,5 +1,6 @@
-// Parity of the routed experts' decode-sized path (`gemv`: moe_gemv.cu over gemv_fast.cuh, fast
-// numerics, T <= 64 tokens) with the CPU's fast moe_experts, element by element under a bound
+// Parity of the routed experts' decode-sized paths (fast numerics, T <= 64 tokens: the plan's
+// `gemv_fp8`, moe_gemv_fp8.cu on FP8 tensor cores, and `gemv`, moe_gemv.cu over gemv_fast.cuh,
+// forced) with the CPU's fast moe_experts, element by element under a bound
 // derived before measuring, at the V4 and V4.1 expert shapes at decode sizes (T = 1, 8, 64;
 // most experts empty, a few with several rows) and at tile edges (experts with 0..9 and 17 rows
 // around the 4-row tiles, widths of fewer chunks than lanes, a ragged activation block, odd
@@ -17,11 +18,14 @@
 //    to sum |x w|; with the inputs' own possible deviation dx (h's FP8 flips, step 4):
 //      |g_gpu - g| <= sum_k dx_k |w_k| + 1.01 depth u sum_k (|x_k| + dx_k) |w_k| + u |g|
 //    (1.01 >= 1 / (1 - depth u); u |g| the reference's rounding of its double sum to f32).
+//    gemv_fp8 accumulates as fp8_mma_bound.h derives (FP8 MMAs of 32 products promoted in f32)
+//    instead: that bound replaces the depth term, the rest is the same.
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
 
 #include "core/dtype.h"
+#include "fp8_mma_bound.h"
 #include "parity.h"
 
 namespace dil::test {
@@ -98,7 +102,14 @@ double rounded_dev(float v, double d) {
 
 class CudaMoeGemv : public CudaParity {
  protected:
-  void run(const MmaCase& c, uint32_t seed) {
+  // force: an implementation forced ("" = the plan's, which must be gemv_fp8).
+  void run(const MmaCase& c, uint32_t seed, const char* force = "") {
+    if (forced_ != force) {  // a backend with the implementation forced, or the plan's again
+      BackendOptions o = test_options();
+      if (*force) o.force["moe_experts"] = force;
+      gpu = make_backend(BackendKind::CUDA, 0, o);
+      forced_ = force;
+    }
     const int64_t T = c.r.T, D = c.D, I = c.I;
     const int k = c.r.k;
     std::vector<HostWeight> s1, s2, s3;
@@ -157,6 +168,12 @@ class CudaMoeGemv : public CudaParity {
     const std::string impl =
         gpu->impl_for(moe_experts_site(g1[0], c.act, ga.x.dtype, DType::F32, gpu->numerics()), T).name;
     const auto got_all = down<float>(ga.out);
+    // The accumulation model of the implementation that ran.
+    auto dotm = [&](const float* xv, const double* dxv, const float* wv, int64_t K) {
+      if (impl != "gemv_fp8") return dot(xv, dxv, wv, K);
+      const Fp8MmaDot f = dot_fp8_mma32(xv, dxv, wv, K);
+      return Dot{f.sum, f.bound};
+    };
 
     // CPU reference for the checked tokens.
     const int64_t C = int64_t(c.check.size());
@@ -207,8 +224,8 @@ class CudaMoeGemv : public CudaParity {
         const Dense &w1 = q1[size_t(e % c.sets)], &w2 = q2[size_t(e % c.sets)], &w3 = q3[size_t(e % c.sets)];
         const float rwv = rwc[size_t(j * k + slot)];
         for (int64_t n = 0; n < I; ++n) {
-          const Dot dg = dot(xq.data(), nullptr, w1.v.data() + n * D, D);
-          const Dot du = dot(xq.data(), nullptr, w3.v.data() + n * D, D);
+          const Dot dg = dotm(xq.data(), nullptr, w1.v.data() + n * D, D);
+          const Dot du = dotm(xq.data(), nullptr, w3.v.data() + n * D, D);
           float gv = float(dg.sum), uv = float(du.sum);
           double eg = dg.bound + 0x1p-24 * std::fabs(dg.sum), eu = du.bound + 0x1p-24 * std::fabs(du.sum);
           if (c.fast) {  // g, u rounded to bf16 on both sides
@@ -262,7 +279,7 @@ class CudaMoeGemv : public CudaParity {
           }
         }
         for (int64_t n = 0; n < D; ++n) {
-          const Dot dy = dot(q.data(), dq.data(), w2.v.data() + n * I, I);
+          const Dot dy = dotm(q.data(), dq.data(), w2.v.data() + n * I, I);
           float yv = float(dy.sum);
           double ey = dy.bound + 0x1p-23 * std::fabs(dy.sum);
           if (c.fast) {  // each slot's y rounded to bf16 on both sides
@@ -306,7 +323,7 @@ class CudaMoeGemv : public CudaParity {
                 bad == 0 ? "ok" : "FAIL");
     std::fflush(stdout);
     EXPECT_EQ(bad, 0u) << c.what << ": " << bad << " elements over the derived bound (or non-finite)";
-    EXPECT_EQ(impl, c.r.T <= 64 ? "gemv" : "mma_bf16") << c.what;
+    EXPECT_EQ(impl, *force ? force : c.r.T <= 64 ? "gemv_fp8" : "mma_bf16") << c.what;
     if (c.fast) {
       // The bound above is wide at the real shapes (its worst-case accumulation term exceeds a
       // bf16 ulp, so every rounding may flip in it), too wide to see whether the roundings
@@ -323,11 +340,33 @@ class CudaMoeGemv : public CudaParity {
       double pn = 0;
       for (size_t i = 0; i < ref.size(); ++i) pn += (double(plain[i]) - ref[i]) * (double(plain[i]) - ref[i]);
       const double d_round = den > 0 ? std::sqrt(pn / den) : std::sqrt(pn);
-      std::printf("PARITY | %-22s | %-34s | rel_l2 %.3e vs the unrounded computation's %.3e (bound: a quarter) | %s\n",
-                  ("moe_experts fast " + impl).c_str(), c.what.c_str(), rel_l2, d_round, rel_l2 <= 0.25 * d_round ? "ok" : "FAIL");
-      EXPECT_LE(rel_l2, 0.25 * d_round) << c.what << ": the bf16 roundings did not happen on the GPU";
+      // gemv_fp8's FP8 accumulation errs by up to ~2^-13 of a block's largest product, the order
+      // of the roundings themselves (as the wgmma path in test_moe_mma.cpp): there the distance
+      // is reported only, and the check is that every y was rounded to bf16 (the combine's
+      // round_bf16), visible on the tokens with one routed slot, whose output is that y.
+      const bool quarter = impl != "gemv_fp8";
+      std::printf("PARITY | %-22s | %-34s | rel_l2 %.3e vs the unrounded computation's %.3e (bound: a quarter%s) | %s\n",
+                  ("moe_experts fast " + impl).c_str(), c.what.c_str(), rel_l2, d_round, quarter ? "" : ", not checked",
+                  !quarter || rel_l2 <= 0.25 * d_round ? "ok" : "FAIL");
+      if (quarter) {
+        EXPECT_LE(rel_l2, 0.25 * d_round) << c.what << ": the bf16 roundings did not happen on the GPU";
+      }
+      size_t one = 0, not_bf16 = 0;
+      for (int64_t j = 0; j < C; ++j) {
+        int routed = 0;
+        for (int slot = 0; slot < k; ++slot) routed += ic[size_t(j * k + slot)] >= 0 && ic[size_t(j * k + slot)] < c.E;
+        if (routed != 1) continue;
+        ++one;
+        for (int64_t n = 0; n < D; ++n) not_bf16 += round_bf16(got[size_t(j * D + n)]) != got[size_t(j * D + n)];
+      }
+      std::printf("PARITY | %-22s | %-34s | %zu one-slot tokens, %zu outputs not bf16-exact | %s\n",
+                  ("moe_experts fast " + impl).c_str(), c.what.c_str(), one, not_bf16, not_bf16 == 0 ? "ok" : "FAIL");
+      EXPECT_EQ(not_bf16, 0u) << c.what << ": y not rounded to bf16";
     }
   }
+
+ private:
+  std::string forced_;
 };
 
 // Token t's k experts: distinct, uniformly random; with `hot` > 0 slot 0 is expert t % hot
@@ -355,23 +394,28 @@ std::vector<int64_t> spread(int64_t T, int64_t n) {
 
 TEST_F(CudaMoeGemv, V4Decode) {
   const int64_t E = 256;
-  for (int64_t T : {1, 8, 64})
-    run({"fast v4 D4096 I2048 E256 k6 act128 T=" + std::to_string(T), 4096, 2048, E, 128, 2,
-         random_routing(T, 6, E, T >= 8 ? 3 : 0, 1201 + uint32_t(T)), spread(T, std::min<int64_t>(T, 8)), false, true},
-        1210 + uint32_t(T));
+  for (const char* force : {"", "gemv"})
+    for (int64_t T : {1, 8, 64})
+      run({"fast v4 D4096 I2048 E256 k6 act128 T=" + std::to_string(T), 4096, 2048, E, 128, 2,
+           random_routing(T, 6, E, T >= 8 ? 3 : 0, 1201 + uint32_t(T)), spread(T, std::min<int64_t>(T, 8)), false,
+           true},
+          1210 + uint32_t(T), force);
 }
 
 TEST_F(CudaMoeGemv, V41Decode) {
   const int64_t E = 384;
-  for (int64_t T : {1, 17, 64})
-    run({"fast v41 D5120 I2304 E384 k6 act32 T=" + std::to_string(T), 5120, 2304, E, 32, 2,
-         random_routing(T, 6, E, T >= 8 ? 5 : 0, 1301 + uint32_t(T)), spread(T, std::min<int64_t>(T, 8)), false, true},
-        1310 + uint32_t(T));
+  for (const char* force : {"", "gemv"})
+    for (int64_t T : {1, 17, 64})
+      run({"fast v41 D5120 I2304 E384 k6 act32 T=" + std::to_string(T), 5120, 2304, E, 32, 2,
+           random_routing(T, 6, E, T >= 8 ? 5 : 0, 1301 + uint32_t(T)), spread(T, std::min<int64_t>(T, 8)), false,
+           true},
+          1310 + uint32_t(T), force);
 }
 
-// Experts with 0..9 and 17 rows (tiles of 4: 1, 2, 3, 4 rows, then 4 + 1, ..., 4 + 4 + 1), 13
-// experts, k = 2; D = 288 (9 chunks: fewer than the 32 lanes; act 128: blocks 128, 128, 32),
-// I = 224 (7 chunks); and odd E8M0 scales (0 = 2^-127 and 129..140).
+// Experts with 0..9 and 17 rows (gemv's tiles of 4: 1, 2, 3, 4 rows, then 4 + 1, ..., 4 + 4 + 1;
+// gemv_fp8's tiles of 8: 1..8, 8 + 1, 8 + 8 + 1), 13 experts, k = 2; D = 288 (9 chunks: fewer than
+// the 32 lanes; 9 blocks of 32: gemv_fp8's third 128-K step holds one; act 128: blocks 128, 128,
+// 32), I = 224 (7 chunks, 7 blocks); and odd E8M0 scales (0 = 2^-127 and 129..140).
 TEST_F(CudaMoeGemv, TileEdges) {
   const std::vector<int> counts = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 0, 3};  // rows of each expert
   const int k = 2;
@@ -385,8 +429,10 @@ TEST_F(CudaMoeGemv, TileEdges) {
   Routing r{T, k, pairs};
   std::vector<int64_t> all(static_cast<size_t>(T));
   std::iota(all.begin(), all.end(), 0);
-  run({"fast edges E13 rows 0..17 act128", 288, 224, E, 128, int(E), r, all, false, true}, 1410);
-  run({"fast edges E13 act32 scales 0 / 129..140", 288, 224, E, 32, int(E), r, all, true, true}, 1420);
+  for (const char* force : {"", "gemv"}) {
+    run({"fast edges E13 rows 0..17 act128", 288, 224, E, 128, int(E), r, all, false, true}, 1410, force);
+    run({"fast edges E13 act32 scales 0 / 129..140", 288, 224, E, 32, int(E), r, all, true, true}, 1420, force);
+  }
 }
 
 }  // namespace

@@ -49,6 +49,7 @@
 #include <numeric>
 
 #include "core/dtype.h"
+#include "fp8_mma_bound.h"
 #include "parity.h"
 
 namespace dil::test {
@@ -246,8 +247,13 @@ class CudaMoeMma : public CudaParity {
     const auto got_all = down<float>(ga.out);
     // The accumulation model of the implementation that ran: FP8 wgmma (wgmma at act_block 128),
     // else BF16 tensor-core instructions of 16 products (mma_bf16, and wgmma's BF16 path).
+    // gemv_fp8 (the plan's at decode sizes): FP8 MMAs of 32 products promoted in f32 (fp8_mma_bound.h).
     const bool fp8_acc = impl == "wgmma" && c.act == 128;
     auto dotm = [&](const float* xv, const double* dxv, const float* wv, int64_t K) {
+      if (impl == "gemv_fp8") {
+        const Fp8MmaDot f = dot_fp8_mma32(xv, dxv, wv, K);
+        return Dot{f.sum, f.bound};
+      }
       return fp8_acc ? dot_fp8(xv, dxv, wv, K) : dot(xv, dxv, wv, K);
     };
 
@@ -401,7 +407,7 @@ class CudaMoeMma : public CudaParity {
     EXPECT_EQ(bad, 0u) << c.what << ": " << bad << " elements over the derived bound (or non-finite)";
     if (!forced("moe_experts")) {  // the plan's choice: wgmma where it runs the shapes (fast numerics)
       const bool wg_fits = c.fast && D % 128 == 0 && I % 128 == 0;
-      EXPECT_EQ(impl, c.fast && T <= 64 ? "gemv" : wg_fits ? "wgmma" : "mma_bf16") << c.what;
+      EXPECT_EQ(impl, c.fast && T <= 64 ? "gemv_fp8" : wg_fits ? "wgmma" : "mma_bf16") << c.what;
     }
     // The SIMT kernels are bit-identical to the reference (double sums); f32 accumulation over
     // K >= 224 terms is not, so equal outputs everywhere would mean the tensor-core path did not
@@ -409,7 +415,7 @@ class CudaMoeMma : public CudaParity {
     if (!c.fast) {
       EXPECT_GT(differ, 0u) << c.what << ": output bit-identical to the CPU: the tensor-core path did not run";
     }
-    if (c.fast && impl == "wgmma") {
+    if (c.fast && (impl == "wgmma" || impl == "gemv_fp8")) {
       // Every slot's y is rounded to bf16 (the w2 epilogue), so a token with one routed slot
       // has a bf16-exact output; the FP8 accumulation's flips make the quarter-distance check
       // below meaningless for this path (its errors are of the order of the roundings).

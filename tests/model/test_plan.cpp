@@ -91,8 +91,9 @@ TEST(KernelPlan, V4FlashOnCudaPerMode) {
   EXPECT_EQ(impls(fast, "indexer_topk", "CSA indexer"), (V{"mma_fp8", "wgmma_fp8"}));
   EXPECT_EQ(impls(off, "moe_experts", "ffn.experts"), V{"mma_bf16"});
   EXPECT_EQ(impls(ref, "moe_experts", "ffn.experts"), V{"simt"});
-  // Fast: the decode GEMV up to 64 tokens, then wgmma (FP4 experts, D and I multiples of 128).
-  EXPECT_EQ(impls(fast, "moe_experts", "ffn.experts"), (V{"gemv", "wgmma"}));
+  // Fast: the decode GEMV on FP8 tensor cores up to 64 tokens, then wgmma (FP4 experts, D and I
+  // multiples of 128).
+  EXPECT_EQ(impls(fast, "moe_experts", "ffn.experts"), (V{"gemv_fp8", "wgmma"}));
   // Every site's dtype follows the mode.
   for (const PlanEntry& e : fast.entries()) EXPECT_EQ(e.site.act, DType::BF16) << e.site.op << " " << e.site.where;
   for (const PlanEntry& e : off.entries()) EXPECT_EQ(e.site.act, DType::F32) << e.site.op << " " << e.site.where;
@@ -218,7 +219,7 @@ TEST(KernelPlan, FewRowsRegimeComesFirst) {
       EXPECT_NE(fast.table().find("| 9..63 | simt |"), std::string::npos) << fast.table();
     }
     if (e.site.op == "moe_experts") {
-      EXPECT_EQ(e.for_rows(64).name, "gemv");
+      EXPECT_EQ(e.for_rows(64).name, "gemv_fp8");
       EXPECT_EQ(e.for_rows(65).name, "wgmma");
     }
   }

@@ -92,6 +92,14 @@ __device__ __forceinline__ float d_e2m1_to_f32(uint8_t nib) {
                                 : ((nib & 7) == 4 ? 2.f : (nib & 7) == 5 ? 3.f : (nib & 7) == 6 ? 4.f : 6.f);
   return (nib & 8) ? -m : m;
 }
+// Eight e2m1 nibbles (value i in nibble i, low first) as e4m3 bytes of the values x 2^-6 (exact
+// for every code): lo holds values 0, 2, 4, 6 (byte order), hi values 1, 3, 5, 7. Nibble s|e1 e0 m
+// becomes the byte s|0 0 e1 e0 m 0 0: exponent field e, mantissa m/2, for the normal and the
+// subnormal (e = 0: 0 or 0.5) codes alike.
+__device__ __forceinline__ void d_e2m1x8_e4m3(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = ((w & 0x08080808u) << 4) | ((w & 0x07070707u) << 2);
+  hi = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
+}
 // Nearest e2m1 value, ties to the even code (same steps as f32_to_e2m1).
 __device__ __forceinline__ float d_round_e2m1(float v) {
   float a = fabsf(v);

@@ -79,11 +79,8 @@ __device__ __forceinline__ void gv_decode8(const uint4& q, int g, float wv[8]) {
       wv[4 * i + 3] = b.y;
     }
   } else {  // 32 e2m1: group g is word g, nibble j (low first) = value j
-    const uint32_t w = words[g];
-    // Nibble s|e1 e0 m -> e4m3 byte s|0 0 e1 e0 m 0 0: exponent field e, mantissa m/2, so the
-    // value is e2m1 x 2^-6 for normal and subnormal (e = 0: 0 or 0.5) codes alike.
-    const uint32_t lo = ((w & 0x08080808u) << 4) | ((w & 0x07070707u) << 2);  // nibbles 0, 2, 4, 6
-    const uint32_t hi = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);         // nibbles 1, 3, 5, 7
+    uint32_t lo, hi;  // nibbles 0, 2, 4, 6 and 1, 3, 5, 7 as e4m3 bytes (value x 2^-6)
+    d_e2m1x8_e4m3(words[g], lo, hi);
     const float2 l0 = gv_e4m3x2(lo & 0xffffu), l1 = gv_e4m3x2(lo >> 16);
     const float2 h0 = gv_e4m3x2(hi & 0xffffu), h1 = gv_e4m3x2(hi >> 16);
     wv[0] = l0.x;

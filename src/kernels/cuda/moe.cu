@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/gemv_fast.cuh"
+#include "kernels/cuda/moe_gemv_fp8.cuh"
 #include "kernels/cuda/moe_mma.cuh"
 #include "kernels/cuda/moe_wgmma.cuh"
 
@@ -283,7 +284,7 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   // As linear(): activations are quantized only in front of FP8/FP4 weights.
   const Weight::Kind kind = (*a.w1)[0].kind;
   const bool quant = a.act_block > 0 && (kind == Weight::Kind::FP8 || kind == Weight::Kind::FP4);
-  DIL_CHECK(impl == "wgmma" || impl == "mma_bf16" || impl == "simt" || impl == "gemv",
+  DIL_CHECK(impl == "wgmma" || impl == "mma_bf16" || impl == "simt" || impl == "gemv" || impl == "gemv_fp8",
             "moe_experts: implementation '", impl, "' has no launcher");
   // wgmma (fast numerics, moe_wgmma.cu): the same 128-row tile map; an expert list whose FP4
   // block scales do not convert to e4m3 exactly runs the BF16 tensor-core path below instead.
@@ -296,7 +297,10 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   // gemv (fast numerics, decode sizes: moe_gemv.cu): tiles of kGvMoeRows rows, the tokens
   // QDQ'd into bf16 as for the tensor-core path.
   const bool gv = impl == "gemv";
-  if (gv) {
+  // gemv_fp8 (fast numerics, decode sizes: moe_gemv_fp8.cu): the same streaming on FP8 tensor
+  // cores, tiles of kGfRows rows, tokens and h as e4m3 codes with their block scales.
+  const bool gf = impl == "gemv_fp8";
+  if (gv || gf) {
     bool aligned = true;
     for (const std::vector<Weight>* ws : {a.w1, a.w2, a.w3})
       for (const Weight& w : *ws) aligned = aligned && (reinterpret_cast<uintptr_t>(w.w.data) & 15) == 0;
@@ -315,9 +319,9 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   // is bound by its per-weight double conversions).
   const bool few = Tk <= int64_t(8) * E && !mma_ok && !gv;
   const bool mma = !few && mma_ok;
-  const int bm = gv ? kGvMoeRows : few ? kGemvRows : mma ? kMmaBM : kBM;
+  const int bm = gf ? kGfRows : gv ? kGvMoeRows : few ? kGemvRows : mma ? kMmaBM : kBM;
   int max_tiles = int(ceil_div(Tk, bm) + E);
-  if (gv) max_tiles = int(std::min<int64_t>(max_tiles, Tk));  // every tile holds a row: the grid's y bound
+  if (gv || gf) max_tiles = int(std::min<int64_t>(max_tiles, Tk));  // every tile holds a row: the grid's y bound
   // Index scratch: one allocation.
   size_t n_i32 = size_t(E) * 3 + 1 + size_t(Tk) * 3 + size_t(max_tiles) * 2 + 1;
   Buffer ib = c.scratch(n_i32 * 4);
@@ -367,6 +371,35 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
     w.w3 = a.w3;
     w.out = a.out;
     if (moe_wgmma(c, w)) return;
+  }
+
+  if (gf) {
+    // Codes and scales of the tokens ([T, D], token order) and of h ([Tk, I], sorted rows),
+    // h = SwiGLU(w1 x, w3 x) * route_w in f32 (sorted rows), y = w2 h, combine.
+    const int act = a.act_block;
+    Buffer xq8 = c.scratch(size_t(T * D)), xs = c.scratch(size_t(T * ceil_div(D, act)) * 4);
+    Buffer hq8 = c.scratch(size_t(Tk * Idim)), hs = c.scratch(size_t(Tk * ceil_div(Idim, act)) * 4);
+    Buffer hf = c.scratch(size_t(Tk * Idim) * 4), yg = c.scratch(size_t(Tk * D) * 4);
+    with_act(a.x, "moe_experts x", [&](auto tx) {
+      using TX = decltype(tx);
+      moe_gf_quant<TX>(c, a.x.ptr<const TX>(), T, nullptr, D, act, static_cast<uint8_t*>(xq8.data()),
+                       static_cast<float*>(xs.data()));
+    });
+    const GfMoeArgs fa{I.sorted_tok, I.sorted_pair, a.route_w.ptr<float>(), t1, t2, t3, map, max_tiles, D, Idim,
+                       act, a.swiglu_limit, a.round_bf16};
+    moe_gf_w13(c, fa, static_cast<const uint8_t*>(xq8.data()), static_cast<const float*>(xs.data()),
+               static_cast<float*>(hf.data()));
+    moe_gf_quant<float>(c, static_cast<const float*>(hf.data()), Tk, I.offsets + E, Idim, act,
+                        static_cast<uint8_t*>(hq8.data()), static_cast<float*>(hs.data()));
+    moe_gf_w2(c, fa, static_cast<const uint8_t*>(hq8.data()), static_cast<const float*>(hs.data()),
+              static_cast<float*>(yg.data()));
+    with_act(a.out, "moe_experts out", [&](auto to) {
+      using TO = decltype(to);
+      moe_combine_kernel<TO><<<stride_grid(T * D), 256, 0, c.stream>>>(static_cast<float*>(yg.data()), I.pos_of, T, k,
+                                                                        D, a.round_bf16, a.out.ptr<TO>());
+    });
+    DIL_LAUNCH_CHECK("moe_combine_kernel");
+    return;
   }
 
   // The tokens' rows as the GEMMs read them, shared by every expert they visit: FP8-QDQ'd

@@ -232,6 +232,11 @@ std::vector<KernelImpl> build() {
   // h, y and h's FP8 rounding: the tensor-core MoE's numeric form (accumulation-order flips).
   const Tolerance moe_gemv_bound = derived_tolerance(6e-3, 2e-2, false, "tests/cuda/test_moe_gemv.cpp",
                                                      "rounding flips of g, u, h and y");
+  // gemv_fp8: the tensor core's FP8 accumulation within each 32-K MMA (13 fraction bits below the
+  // step's largest term, as the wgmma path's bound models it, but never carried over a promotion),
+  // then the same roundings: the wgmma path's numeric form at a finer promotion.
+  const Tolerance moe_gemv_fp8_bound = derived_tolerance(2e-2, 5e-2, false, "tests/cuda/test_moe_gemv.cpp",
+                                                         "FP8 accumulation per 32 K, rounding flips of g, u, h and y");
   // Fused mHC pre: the dots' accumulation (exact products of fn's three bf16 pieces; tensor-core
   // chunks of 64 columns, <= 440 u each, promoted to f32: depth <= 440 + nD/64 + S/32 + 5),
   // ~4e-5 of sum|fn x| rho at nD = 16384, carried through the sigmoids and Sinkhorn (pre / post / comb
@@ -334,6 +339,11 @@ std::vector<KernelImpl> build() {
        tolerance(1e-6, 1e-6, true, "f32 FMA over 1 + n terms"), "tests/cuda/test_mhc_fast.cpp"},
       {"hc_post", "default", "thread per (token, channel), double accumulation", hc_any, 0, tolerance(1e-7, 3e-7, true),
        "tests/cuda/test_elementwise.cpp"},
+      {"moe_experts", "gemv_fp8", "decode sizes on FP8 tensor cores: tiles of <= 8 sorted rows as the n of mma.sync "
+       "m16n8k32, 16 weight rows per warp (w1 and w3 rows of the same columns together, SwiGLU with the fast bf16 "
+       "roundings in registers), FP4 read once by 16-byte lane loads, a quad transpose and a re-bias into e4m3 bytes, "
+       "tokens and h as e4m3 codes with their block scales, each 32-K MMA promoted in f32 with its two scales; "
+       "combine", moe_gemv, 0, moe_gemv_fp8_bound, "tests/cuda/test_moe_gemv.cpp", 64},
       {"moe_experts", "gemv", "decode sizes: tiles of <= 4 sorted rows of one expert, the GEMV of linear gemv per "
        "(tile, column block), w1 and w3 rows in one pass with SwiGLU (fast bf16 roundings) fused, FP8 QDQ of h, w2 GEMV, "
        "combine; each active expert's weights streamed once", moe_gemv, 0,

@@ -1,0 +1,240 @@
+// moe_experts' `gemv_fp8` (moe_gemv_fp8.cuh): routed experts at decode sizes on FP8 tensor
+// cores, every active expert's FP4 weights streamed once per step.
+//
+// A CTA serves one tile (<= kGfRows sorted rows of one expert) and 64 (w13) or 128 (w2) weight
+// rows; each of its 8 warps owns 16 weight rows, the A operand of m16n8k32 MMAs whose n is the
+// tile's rows (a padding row's column of the result is never stored). w13: A rows 0-7 are w1
+// rows n0..n0+7 and rows 8-15 the w3 rows of the same columns, so one thread ends with g and u
+// of the same (column, row) pairs and the SwiGLU epilogue needs no exchange. w2: 16 consecutive
+// rows of w2.
+//
+// Weights: a 16-byte load per lane per row and 128 K (lane t of a quad reads 32-K block t of the
+// step, the quad 64 contiguous bytes of a row). The MMA fragment wants lane t to hold k
+// 4t..4t+3 and 16+4t.. of one block, and every lane of the quad the same block (one E8M0 scale
+// per row and MMA): a 4x4 transpose of words across the quad (4 shuffles) turns the quad's four
+// blocks into four MMAs, lane t supplying word t (values 8t..8t+7) of each. A word of 8 e2m1
+// nibbles becomes two e4m3 words (d_e2m1x8_e4m3: even values, odd values), registers a0 / a2
+// (row g) and a1 / a3 (row g + 8); the B operand in shared memory is permuted the same way
+// (b0 = codes 8t + {0, 2, 4, 6}, b1 = 8t + {1, 3, 5, 7} of block j, token g), so the MMA's
+// logical k is a permutation of the block's physical k and the sum is the same.
+//
+// Numerics: each MMA starts from zero, so its result is the block's 32 exact products (e4m3 x
+// e2m1 2^-6) summed by the tensor core; promoted by one fmaf with (weight scale x activation
+// scale x 2^6), an exact product of powers of two (>= 2^-143). tests/cuda/test_moe_gemv.cpp
+// derives the bound.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/moe_gemv_fp8.cuh"
+
+namespace dil::cuda {
+namespace {
+
+constexpr int kGfWarps = 8, kGfThreads = 32 * kGfWarps;
+constexpr int kGfUnroll = 4;  // 128-K steps whose loads are in flight at once (2 x 16 B per step)
+
+// Lane t of each quad: w[j] <- lane j's w[t] (a 4x4 word transpose in two exchange rounds).
+__device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int t) {
+  {  // 2x2 blocks between lanes t and t ^ 2
+    const bool up = t & 2;
+    const uint32_t s0 = up ? w[0] : w[2], s1 = up ? w[1] : w[3];
+    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, s0, 2), r1 = __shfl_xor_sync(0xffffffffu, s1, 2);
+    if (up) {
+      w[0] = r0;
+      w[1] = r1;
+    } else {
+      w[2] = r0;
+      w[3] = r1;
+    }
+  }
+  {  // then single words between lanes t and t ^ 1
+    const bool odd = t & 1;
+    const uint32_t s0 = odd ? w[0] : w[1], s1 = odd ? w[2] : w[3];
+    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+    if (odd) {
+      w[0] = r0;
+      w[2] = r1;
+    } else {
+      w[1] = r0;
+      w[3] = r1;
+    }
+  }
+}
+
+// E8M0 byte -> 2^(b - 127); b = 0 gives the subnormal 2^-127 (0x00400000), the larger of the two.
+__device__ __forceinline__ float gf_e8m0(uint32_t b) { return __uint_as_float(max(b << 23, 0x00400000u)); }
+
+// kW13: h (see the header); else y. aq / as: the activation codes [rows, K] and scales [rows,
+// ceil(K / act)] (w13: token rows, gathered; w2: sorted rows). grid (weight-row blocks, max_tiles).
+template <bool kW13>
+__global__ void __launch_bounds__(kGfThreads, 3) moe_gf_kernel(GfMoeArgs a, const uint8_t* aq, const float* as,
+                                                               float* out) {
+  extern __shared__ __align__(16) uint8_t gf_smem[];
+  const int tile = blockIdx.y;
+  if (tile >= *a.map.n_tiles) return;
+  const int e = a.map.tile_e[tile];
+  const int64_t r0 = a.map.tile_r0[tile];
+  const int nr = int(min(int64_t(kGfRows), int64_t(a.map.offsets[e + 1]) - r0));
+  const int64_t K = kW13 ? a.D : a.I;
+  const int nblk = int(K / 32), nab = int((K + a.act - 1) / a.act);
+  uint2* bs = reinterpret_cast<uint2*>(gf_smem);                       // [nblk][kGfRows][4] B pieces
+  float* ss = reinterpret_cast<float*>(gf_smem + size_t(nblk) * 256);  // [nblk][kGfRows] act scale x 2^6
+
+  // The tile's activations: piece (j, n, t) = codes 32j + 8t .. + 7 of row n, even then odd.
+  // Only rows n < nr: a padding row's B column (and scale) only reaches its own C column, which
+  // is never stored, so it may hold anything.
+  const int per_row = nblk * 4;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < nr * per_row; i += kGfThreads) {
+    const int n = i / per_row, p = i - n * per_row, j = p >> 2, t = p & 3;
+    const int64_t row = kW13 ? int64_t(a.sorted_tok[r0 + n]) : r0 + n;
+    const uint2 c = __ldg(reinterpret_cast<const uint2*>(aq + row * K + j * 32 + t * 8));
+    bs[(j * kGfRows + n) * 4 + t] = make_uint2(sm90::prmt(c.x, c.y, 0x6420u), sm90::prmt(c.x, c.y, 0x7531u));
+  }
+  for (int i = threadIdx.x; i < nr * nblk; i += kGfThreads) {
+    const int n = i / nblk, j = i - n * nblk;
+    const int64_t row = kW13 ? int64_t(a.sorted_tok[r0 + n]) : r0 + n;
+    ss[j * kGfRows + n] = as[row * nab + (j * 32) / a.act] * 64.f;  // e2m1 = its e4m3 byte's value x 2^6
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  int64_t ra, rb;  // weight rows of A rows g and g + 8
+  if constexpr (kW13) {
+    const int64_t n0 = (int64_t(blockIdx.x) * kGfWarps + warp) * 8;
+    if (n0 >= a.I) return;
+    ra = rb = n0 + g;
+  } else {
+    const int64_t n0 = (int64_t(blockIdx.x) * kGfWarps + warp) * 16;
+    if (n0 >= a.D) return;
+    ra = n0 + g;
+    rb = n0 + 8 + g;
+  }
+  const WView wa = kW13 ? a.w1[e] : a.w2[e];
+  const WView wb = kW13 ? a.w3[e] : a.w2[e];
+  const uint4* pa = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(wa.w) + ra * (K / 2));
+  const uint4* pb = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(wb.w) + rb * (K / 2));
+  const uint8_t* sa = wa.scale + ra * wa.scale_cols;
+  const uint8_t* sb = wb.scale + rb * wb.scale_cols;
+
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (row g, tile rows 2t, 2t+1), (row g + 8, same)
+  const int nsteps = (nblk + 3) / 4;
+  for (int s0 = 0; s0 < nsteps; s0 += kGfUnroll) {
+    uint4 qa[kGfUnroll], qb[kGfUnroll];
+    uint32_t sc[kGfUnroll];  // E8M0 bytes of this lane's block: row g (bits 0-7), row g + 8 (8-15)
+#pragma unroll
+    for (int u = 0; u < kGfUnroll; ++u) {
+      const int b = (s0 + u) * 4 + t;
+      const bool ok = b < nblk;
+      qa[u] = ok ? __ldg(pa + b) : make_uint4(0u, 0u, 0u, 0u);
+      qb[u] = ok ? __ldg(pb + b) : make_uint4(0u, 0u, 0u, 0u);
+      sc[u] = ok ? uint32_t(__ldg(sa + b)) | (uint32_t(__ldg(sb + b)) << 8) : 0u;
+    }
+#pragma unroll
+    for (int u = 0; u < kGfUnroll; ++u) {
+      const int jb = (s0 + u) * 4;  // the step's first block
+      if (jb >= nblk) break;        // warp-uniform
+      uint32_t xa[4] = {qa[u].x, qa[u].y, qa[u].z, qa[u].w};
+      uint32_t xb[4] = {qb[u].x, qb[u].y, qb[u].z, qb[u].w};
+      quad_transpose(xa, t);
+      quad_transpose(xb, t);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (jb + j >= nblk) break;  // warp-uniform
+        const uint32_t sj = __shfl_sync(0xffffffffu, sc[u], (lane & ~3) | j);
+        const float fa = gf_e8m0(sj & 0xffu), fb = gf_e8m0(sj >> 8);
+        uint32_t A[4];
+        d_e2m1x8_e4m3(xa[j], A[0], A[2]);
+        d_e2m1x8_e4m3(xb[j], A[1], A[3]);
+        const uint2 B = bs[((jb + j) * kGfRows + g) * 4 + t];
+        const float2 xs = *reinterpret_cast<const float2*>(ss + (jb + j) * kGfRows + 2 * t);
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        mma_e4m3(d, A, B.x, B.y);
+        acc[0] = fmaf(d[0], fa * xs.x, acc[0]);
+        acc[1] = fmaf(d[1], fa * xs.y, acc[1]);
+        acc[2] = fmaf(d[2], fb * xs.x, acc[2]);
+        acc[3] = fmaf(d[3], fb * xs.y, acc[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const int r = 2 * t + q;  // tile row
+    if (r >= nr) continue;
+    const int64_t row = r0 + r;
+    if constexpr (kW13) {
+      // As moe_swiglu_kernel (moe.cu), f32 steps in the reference's order.
+      float gg = acc[q], uu = acc[2 + q];
+      if (a.round_bf16) {
+        gg = d_round_bf16(gg);
+        uu = d_round_bf16(uu);
+      }
+      const float gv = fminf(gg, a.limit);
+      const float uv = fminf(fmaxf(uu, -a.limit), a.limit);
+      const float hv = d_silu(gv) * uv * a.route_w[a.sorted_pair[row]];
+      out[row * a.I + ra] = a.round_bf16 ? d_round_bf16(hv) : hv;
+    } else {
+      out[row * a.D + ra] = acc[q];
+      out[row * a.D + rb] = acc[2 + q];
+    }
+  }
+}
+
+template <class TI>
+__global__ void moe_gf_quant_kernel(const TI* x, int64_t rows_max, const int32_t* n_rows, int64_t K, int act,
+                                    uint8_t* q, float* s) {
+  const int nab = int((K + act - 1) / act);
+  const int64_t gw = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = n_rows ? int64_t(*n_rows) : rows_max;
+  if (gw >= rows * nab) return;  // warp-uniform
+  const int64_t r = gw / nab;
+  const int64_t b0 = (gw % nab) * act, b1 = min(K, b0 + act);
+  const TI* xr = x + r * K;
+  float amax = 0.f;
+  for (int64_t c = b0 + lane; c < b1; c += 32) amax = fmaxf(amax, fabsf(ld_act(xr[c])));
+  amax = fmaxf(warp_max(amax), 1e-4f);
+  const float sc = d_pow2_ceil(amax * (1.0f / 448.0f));
+  for (int64_t c = b0 + lane; c < b1; c += 32)
+    q[r * K + c] = d_f32_to_e4m3(d_round_e4m3(fminf(fmaxf(ld_act(xr[c]) / sc, -448.f), 448.f)));
+  if (lane == 0) s[r * nab + gw % nab] = sc;
+}
+
+size_t gf_smem_bytes(int64_t K) { return size_t(K / 32) * (256 + 32); }
+
+template <bool kW13>
+void launch(Ctx& c, const GfMoeArgs& a, const uint8_t* aq, const float* as, float* out) {
+  const int64_t K = kW13 ? a.D : a.I;
+  DIL_CHECK(a.D % 32 == 0 && a.I % 32 == 0 && K <= kGfMaxK && a.act > 0,
+            "moe_experts gemv_fp8: widths multiples of 32 up to ", kGfMaxK, " (D ", a.D, ", I ", a.I, ")");
+  const size_t smem = gf_smem_bytes(K);
+  if (smem > 48 * 1024)
+    DIL_CUDA(cudaFuncSetAttribute(moe_gf_kernel<kW13>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const int64_t rows_per_cta = kGfWarps * (kW13 ? 8 : 16);
+  dim3 grid(unsigned(ceil_div(kW13 ? a.I : a.D, rows_per_cta)), unsigned(a.max_tiles));
+  moe_gf_kernel<kW13><<<grid, kGfThreads, smem, c.stream>>>(a, aq, as, out);
+  DIL_LAUNCH_CHECK(kW13 ? "moe_gf_kernel<w13>" : "moe_gf_kernel<w2>");
+}
+
+}  // namespace
+
+template <class TI>
+void moe_gf_quant(Ctx& c, const TI* x, int64_t rows_max, const int32_t* n_rows, int64_t K, int act, uint8_t* q,
+                  float* s) {
+  const int64_t warps = rows_max * ((K + act - 1) / act);
+  if (warps == 0) return;
+  moe_gf_quant_kernel<TI><<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(x, rows_max, n_rows, K, act, q, s);
+  DIL_LAUNCH_CHECK("moe_gf_quant_kernel");
+}
+template void moe_gf_quant<float>(Ctx&, const float*, int64_t, const int32_t*, int64_t, int, uint8_t*, float*);
+template void moe_gf_quant<bf16_t>(Ctx&, const bf16_t*, int64_t, const int32_t*, int64_t, int, uint8_t*, float*);
+
+void moe_gf_w13(Ctx& c, const GfMoeArgs& a, const uint8_t* xq, const float* xs, float* h) {
+  launch<true>(c, a, xq, xs, h);
+}
+void moe_gf_w2(Ctx& c, const GfMoeArgs& a, const uint8_t* hq, const float* hs, float* y) {
+  launch<false>(c, a, hq, hs, y);
+}
+
+}  // namespace dil::cuda
