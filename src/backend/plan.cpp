@@ -228,6 +228,20 @@ std::string KernelPlan::summary() const {
 
 std::string need(bool ok, const std::string& what) { return ok ? std::string() : what; }
 
+// Rows [0, few->max_rows] of e go to `few`; e's regimes above keep their starts, or start after it.
+static void put_few(PlanEntry& e, const KernelImpl* few) {
+  std::vector<const KernelImpl*> impls{few};
+  std::vector<int64_t> from{0};
+  for (size_t i = 0; i < e.impls.size(); ++i) {
+    const int64_t end = i + 1 < e.impls.size() ? e.from[i + 1] : INT64_MAX;  // exclusive
+    if (end <= few->max_rows + 1) continue;
+    impls.push_back(e.impls[i]);
+    from.push_back(std::max(e.from[i], few->max_rows + 1));
+  }
+  e.impls = std::move(impls);
+  e.from = std::move(from);
+}
+
 PlanEntry resolve_site(const std::vector<KernelImpl>& registry, const OpSite& site, const BackendOptions& o) {
   PlanEntry e;
   e.site = site;
@@ -260,11 +274,20 @@ PlanEntry resolve_site(const std::vector<KernelImpl>& registry, const OpSite& si
     DIL_FAIL("kernel plan: nothing can run ", site.op, " at ", site.where.empty() ? "(unnamed site)" : site.where,
              " (", site.describe(), ", numerics ", numerics_name(site.numerics), "):", why.str());
   // A forced implementation runs every row count: its min_rows says from where the plan prefers
-  // it, not what it can do (a max_rows is a limit: a few-rows kernel is refused below).
+  // it, not what it can do. A forced few-rows implementation (max_rows, a limit) runs the rows it
+  // can, [0, max_rows], and the plan's own regimes the rest: the same-job baseline of a planned
+  // few-rows kernel (`--kernels moe_experts=gemv`).
   if (forced != o.force.end() && ok[0]->max_rows == 0) {
     e.impls.push_back(ok[0]);
     e.from.push_back(0);
     return e;
+  }
+  if (forced != o.force.end()) {
+    BackendOptions rest = o;
+    rest.force.erase(site.op);
+    PlanEntry r = resolve_site(registry, site, rest);
+    put_few(r, ok[0]);
+    return r;
   }
   // Registry order is preference. The first implementation usable at any row count is the
   // base; preferred ones before it that start at a larger row count take over from there.
@@ -296,19 +319,7 @@ PlanEntry resolve_site(const std::vector<KernelImpl>& registry, const OpSite& si
   std::reverse(above.begin(), above.end());
   for (const KernelImpl* k : above) e.impls.push_back(k);
   for (const KernelImpl* k : e.impls) e.from.push_back(k->min_rows);
-  if (few) {
-    // Rows [0, max_rows] go to `few`; the regimes above keep their starts, or start after it.
-    std::vector<const KernelImpl*> impls{few};
-    std::vector<int64_t> from{0};
-    for (size_t i = 0; i < e.impls.size(); ++i) {
-      const int64_t end = i + 1 < e.impls.size() ? e.from[i + 1] : INT64_MAX;  // exclusive
-      if (end <= few->max_rows + 1) continue;
-      impls.push_back(e.impls[i]);
-      from.push_back(std::max(e.from[i], few->max_rows + 1));
-    }
-    e.impls = std::move(impls);
-    e.from = std::move(from);
-  }
+  if (few) put_few(e, few);
   return e;
 }
 

@@ -231,11 +231,18 @@ TEST(KernelPlan, FewRowsRegimeComesFirst) {
   lt.force["grouped_linear"] = "dequant_bf16_lt_split";
   const KernelPlan forced = plan_of(kV4, BackendKind::CUDA, Numerics::Official, lt);
   EXPECT_EQ(impls(forced, "grouped_linear", "attn.wo_a"), (V{"dequant_bf16_lt_split"}));
-  // Forcing the few-rows implementation alone fails: it cannot run every row count.
+  // A forced few-rows implementation runs the rows it can; the plan's own regimes the rest (the
+  // same-job baseline of a planned few-rows kernel).
   BackendOptions o;
-  o.force["linear"] = "gemv";
-  const std::string msg = error_of([&] { plan_of(kV4, BackendKind::CUDA, Numerics::Fast, o); });
-  EXPECT_NE(msg.find("rows <= 1"), std::string::npos) << msg;  // V4: cuBLASLt formats, the 1-row GEMV
+  o.force["moe_experts"] = "gemv";
+  const KernelPlan fg = plan_of(kV4, BackendKind::CUDA, Numerics::Fast, o);
+  EXPECT_EQ(impls(fg, "moe_experts", "ffn.experts"), (V{"gemv", "wgmma"}));
+  for (const PlanEntry& e : fg.entries())
+    if (e.site.op == "moe_experts") {
+      EXPECT_EQ(e.for_rows(1).name, "gemv");
+      EXPECT_EQ(e.for_rows(64).name, "gemv");
+      EXPECT_EQ(e.for_rows(65).name, "wgmma");
+    }
 }
 
 TEST(KernelPlan, BackendRefusesAnUnplannedSite) {
