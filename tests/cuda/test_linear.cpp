@@ -213,6 +213,30 @@ TEST_F(CudaParity, GroupedLinearWoAFast) {
       const bool exact = impl == "simt";
       compare_bf16("grouped_linear fast " + impl, "wo_a blk " + std::to_string(blk) + " G=8 T=" + std::to_string(T),
                    downb(go), widen(ref), exact ? 0 : 2e-5, exact ? 0 : 1e-4);
+      if (impl != "dequant_bf16_lt" || forced("grouped_linear")) continue;
+      // With the plan installed before the weight is adopted (as the loader does), the backend
+      // keeps a BF16 copy of wo_a made at load, which dequant_bf16_lt reads instead of
+      // dequantizing per call: the same BF16 values and the same GEMM, so the same output bit for
+      // bit; and the copy is resident (its out x in x 2 bytes in use after the adopt).
+      auto planned = make_backend(BackendKind::CUDA, 0, test_options());
+      planned->install_plan(planned->make_plan(
+          {grouped_linear_site(hw.wt, 8, DType::BF16, DType::BF16, Numerics::Fast)}, Numerics::Fast));
+      const size_t before = planned->memory_info().in_use;
+      const Weight pw = planned->adopt_weight(hw.wt);
+      const size_t grew = planned->memory_info().in_use - before;
+      EXPECT_GE(grew, size_t(8192) * 4096 * 3) << "wo_a blk " << blk << ": no BF16 copy next to the FP8 weight";
+      const Tensor px = devb(x, {T, 8, 4096});
+      gpu->synchronize();  // px was uploaded on the fixture backend's stream
+      Buffer pob = planned->alloc(size_t(T * 8 * 1024) * 2);
+      Tensor po(pob.data(), DType::BF16, {T, 8, 1024}, Device::CUDA);
+      planned->grouped_linear(px, pw, 8, po);
+      std::vector<uint16_t> got(size_t(T * 8 * 1024));
+      planned->download(got.data(), po);
+      EXPECT_EQ(got, down<uint16_t>(go)) << "wo_a blk " << blk << " T=" << T
+                                         << ": the BF16 copy's GEMM differs from the per-call dequantization";
+      std::printf("PARITY | grouped_linear fast dequant_bf16_lt | wo_a blk %d T=%lld from the load-time BF16 copy "
+                  "(%zu bytes): %s\n", blk, static_cast<long long>(T), grew,
+                  got == down<uint16_t>(go) ? "bit-identical" : "DIFFERS");
     }
   }
 }

@@ -118,7 +118,25 @@ class CudaBackend final : public Backend {
     if (!host.w.empty()) w.w = adopt_tensor(host.w);
     if (!host.scale.empty()) w.scale = adopt_tensor(host.scale);
     cuda::prepare_weight(c_, w);
+    if (wants_bf16_copy(w)) cuda::prepare_bf16_copy(c_, w);
     return w;
+  }
+  // True when the installed plan runs a grouped_linear site of w's format through
+  // dequant_bf16_lt (fast numerics' wo_a from 64 rows): that path then reads a BF16 copy made
+  // here, at load (counted before the KV pool is sized), instead of dequantizing per call. A
+  // weight of another op with the same shape and format would get an unused copy: none in V4 /
+  // V4.1 (wo_a is [o_groups * o_lora_rank, H * head_dim / o_groups]).
+  bool wants_bf16_copy(const Weight& w) const {
+    if (w.kind != Weight::Kind::FP8 || !plan()) return false;
+    for (const PlanEntry& e : plan()->entries()) {
+      const OpSite& s = e.site;
+      if (s.op != "grouped_linear" || s.wkind != int(w.kind) || s.n != w.out || s.k != w.in ||
+          s.block_out != w.block_out || s.block_in != w.block_in)
+        continue;
+      for (const KernelImpl* k : e.impls)
+        if (k->name == "dequant_bf16_lt") return true;
+    }
+    return false;
   }
   Tensor adopt_tensor(const Tensor& host) override {
     if (host.empty()) return host;

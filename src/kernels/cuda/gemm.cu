@@ -388,20 +388,29 @@ template <class TX, class TO>
 bool linear_dequant_lt(Ctx& c, const TX* x, int64_t ldx, int64_t M, const Weight& w, int64_t w_row0, int64_t N,
                        Feed feed, int act_block, TO* out, int64_t ldo) {
   const int64_t K = w.in;
-  Buffer wb = c.scratch(size_t(N * K) * 2);  // [N, K] bf16
-  dequant_fp8_bf16_kernel<<<stride_grid(N * K), 256, 0, c.stream>>>(make_wview(w), w_row0, N,
-                                                                    static_cast<uint16_t*>(wb.data()));
-  DIL_LAUNCH_CHECK("dequant_fp8_bf16_kernel");
+  // The weight rows in BF16: the copy made at load where the plan asked for one, else
+  // dequantized into scratch for this call.
+  Buffer wb;
+  const void* wbf = nullptr;  // [N, K] bf16
+  if (auto it = c.bf16_copies.find(w.w.data); it != c.bf16_copies.end()) {
+    wbf = static_cast<const uint16_t*>(it->second.data()) + w_row0 * K;
+  } else {
+    wb = c.scratch(size_t(N * K) * 2);
+    dequant_fp8_bf16_kernel<<<stride_grid(N * K), 256, 0, c.stream>>>(make_wview(w), w_row0, N,
+                                                                      static_cast<uint16_t*>(wb.data()));
+    DIL_LAUNCH_CHECK("dequant_fp8_bf16_kernel");
+    wbf = wb.data();
+  }
   const cudaDataType_t dt = lt_type<TO>();
   if (feed == Feed::Quant) {
     Buffer xb = c.scratch(size_t(M * K) * 2);  // [M, K] bf16, QDQ'd (exact)
     bf16_t* xq = static_cast<bf16_t*>(xb.data());
     fp8_qdq(c, x, ldx, xq, K, M, int(K), act_block);
-    return lt_matmul(c, CUDA_R_16BF, dt, wb.data(), xq, out, N, M, K, nullptr, nullptr, K, ldo, 0.f);
+    return lt_matmul(c, CUDA_R_16BF, dt, wbf, xq, out, N, M, K, nullptr, nullptr, K, ldo, 0.f);
   }
   if (feed == Feed::Direct) {
     DIL_CHECK(is_bf16<TX>, "linear_dequant_lt: only bf16 activations are read in place");
-    return lt_matmul(c, CUDA_R_16BF, dt, wb.data(), x, out, N, M, K, nullptr, nullptr, ldx, ldo, 0.f);
+    return lt_matmul(c, CUDA_R_16BF, dt, wbf, x, out, N, M, K, nullptr, nullptr, ldx, ldo, 0.f);
   }
   if constexpr (std::is_same_v<TX, float>) {
     // Split: hi rows then lo rows [2M, K] bf16; the second GEMM accumulates into the first's D.
@@ -420,8 +429,8 @@ bool linear_dequant_lt(Ctx& c, const TX* x, int64_t ldx, int64_t M, const Weight
       d = static_cast<float*>(db.data());
       ldd = N;
     }
-    if (!lt_matmul(c, CUDA_R_16BF, CUDA_R_32F, wb.data(), xh, d, N, M, K, nullptr, nullptr, K, ldd, 0.f)) return false;
-    if (!lt_matmul(c, CUDA_R_16BF, CUDA_R_32F, wb.data(), xh + M * K, d, N, M, K, nullptr, nullptr, K, ldd, 1.f))
+    if (!lt_matmul(c, CUDA_R_16BF, CUDA_R_32F, wbf, xh, d, N, M, K, nullptr, nullptr, K, ldd, 0.f)) return false;
+    if (!lt_matmul(c, CUDA_R_16BF, CUDA_R_32F, wbf, xh + M * K, d, N, M, K, nullptr, nullptr, K, ldd, 1.f))
       return false;
     if (is_bf16<TO>) {
       convert_rows_kernel<TO><<<stride_grid(M * N), 256, 0, c.stream>>>(d, ldd, out, ldo, M, N);
@@ -523,6 +532,17 @@ void prepare_weight(Ctx& c, const Weight& w) {
   e8m0_f32_kernel<<<grid_for(n, 256), 256, 0, c.stream>>>(w.scale.ptr<uint8_t>(), n, static_cast<float*>(b.data()));
   DIL_LAUNCH_CHECK("e8m0_f32_kernel");
   c.fp8_scales_f32.emplace(w.scale.data, std::move(b));
+}
+
+void prepare_bf16_copy(Ctx& c, const Weight& w) {
+  DIL_CHECK(w.kind == Weight::Kind::FP8, "prepare_bf16_copy: an FP8 weight");
+  if (c.bf16_copies.count(w.w.data)) return;
+  const int64_t n = w.out * w.in;
+  Buffer b = c.arena->get(size_t(n) * 2);  // [out, in] bf16
+  dequant_fp8_bf16_kernel<<<stride_grid(n), 256, 0, c.stream>>>(make_wview(w), 0, w.out,
+                                                                static_cast<uint16_t*>(b.data()));
+  DIL_LAUNCH_CHECK("dequant_fp8_bf16_kernel");
+  c.bf16_copies.emplace(w.w.data, std::move(b));
 }
 
 void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out, const std::string& impl) {

@@ -50,6 +50,10 @@ struct Ctx {
   // address of the checkpoint tensor it derives from (weights live as long as the backend):
   // the f32 block scales [N/128, K/128] of FP8 128x128 weights that cutlass_fp8 reads.
   std::unordered_map<const void*, Buffer> fp8_scales_f32;
+  // and the BF16 dequantization [out, in] of FP8 weights the plan runs through grouped_linear's
+  // dequant_bf16_lt (wo_a, as the official convert.py keeps it: BF16), so a call reads it
+  // instead of dequantizing (prepare_bf16_copy, from adopt_weight).
+  std::unordered_map<const void*, Buffer> bf16_copies;
   // moe_experts wgmma (moe_wgmma.cu), per expert list, made at its first call (map key: the w1
   // list's address; `key`: the w1, w2, w3 views it was made for, to notice a list that changed).
   struct MoeWgPrep {
@@ -98,6 +102,8 @@ void linear(Ctx& c, const Tensor& x, const Weight& w, int act_block, Tensor out,
 // What a device weight needs derived once, at load, by the linear paths (cutlass_fp8's f32
 // block scales); a weight without it still runs, converting per call.
 void prepare_weight(Ctx& c, const Weight& w);
+// The BF16 copy of an FP8 weight (Ctx::bf16_copies), made once; the caller decides from the plan.
+void prepare_bf16_copy(Ctx& c, const Weight& w);
 void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor out, const std::string& impl);
 // The SIMT GEMM of linear / grouped_linear (its tiles, gemm_simt.cuh / gemv.cuh, are shared
 // with the MoE): out[M, N] (ldo) = X[M, K] (ldx) . W^T, double accumulation rounded once.

@@ -276,8 +276,9 @@ std::vector<KernelImpl> build() {
        gemv_bound, "tests/cuda/test_gemv.cpp", kGvMaxRows},
       {"grouped_linear", "dequant_bf16_lt_split", "wo_a per group: weight dequantized to BF16, f32 inputs split hi + lo, "
        "two cuBLASLt BF16 GEMMs", gl_dequant_split, 64, tolerance(2e-5, 1e-4), lin},
-      {"grouped_linear", "dequant_bf16_lt", "wo_a per group: weight dequantized to BF16, the BF16 inputs read in place "
-       "(row stride G*K), one cuBLASLt BF16 GEMM per group writing the output's dtype", gl_dequant_bf16, 64,
+      {"grouped_linear", "dequant_bf16_lt", "wo_a per group: the weight's BF16 copy made at load (as the official "
+       "convert.py keeps wo_a: BF16), the BF16 inputs read in place (row stride G*K), one cuBLASLt BF16 GEMM per group "
+       "writing the output's dtype", gl_dequant_bf16, 64,
        tolerance(2e-5, 1e-4, true), lin},
       {"grouped_linear", "simt", "SIMT kernel with a group grid dimension, double accumulation", simt_gemm, 0,
        exact_tolerance("a bf16 output: the reference's rounding"), lin},
