@@ -346,6 +346,16 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   DIL_LAUNCH_CHECK("moe_scatter_kernel");
 
   const MoeTileMap map{I.offsets, I.tile_e, I.tile_r0, I.n_tiles};
+  // out = the sum over each token's slots of its sorted rows' expert outputs y [Tk, D] f32
+  // (every path but wgmma, which combines its bf16 y itself).
+  auto combine = [&](const float* y) {
+    with_act(a.out, "moe_experts out", [&](auto to) {
+      using TO = decltype(to);
+      moe_combine_kernel<TO><<<stride_grid(T * D), 256, 0, c.stream>>>(y, I.pos_of, T, k, D, a.round_bf16,
+                                                                        a.out.ptr<TO>());
+    });
+    DIL_LAUNCH_CHECK("moe_combine_kernel");
+  };
   if (wg) {
     static_assert(kWgBM == kMmaBM, "wgmma and its fallback share the tile map");
     MoeWgmmaCall w;
@@ -393,12 +403,7 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
                         static_cast<uint8_t*>(hq8.data()), static_cast<float*>(hs.data()));
     moe_gf_w2(c, fa, static_cast<const uint8_t*>(hq8.data()), static_cast<const float*>(hs.data()),
               static_cast<float*>(yg.data()));
-    with_act(a.out, "moe_experts out", [&](auto to) {
-      using TO = decltype(to);
-      moe_combine_kernel<TO><<<stride_grid(T * D), 256, 0, c.stream>>>(static_cast<float*>(yg.data()), I.pos_of, T, k,
-                                                                        D, a.round_bf16, a.out.ptr<TO>());
-    });
-    DIL_LAUNCH_CHECK("moe_combine_kernel");
+    combine(static_cast<const float*>(yg.data()));
     return;
   }
 
@@ -444,12 +449,7 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
     DIL_LAUNCH_CHECK("moe_fp8_qdq_rows_kernel");
     Buffer yg = c.scratch(size_t(Tk * D) * 4);  // [Tk, D] f32, sorted rows
     moe_gemv_w2(c, ga, reinterpret_cast<const bf16_t*>(hb), static_cast<float*>(yg.data()));
-    with_act(a.out, "moe_experts out", [&](auto to) {
-      using TO = decltype(to);
-      moe_combine_kernel<TO><<<stride_grid(T * D), 256, 0, c.stream>>>(static_cast<float*>(yg.data()), I.pos_of, T, k,
-                                                                        D, a.round_bf16, a.out.ptr<TO>());
-    });
-    DIL_LAUNCH_CHECK("moe_combine_kernel");
+    combine(static_cast<const float*>(yg.data()));
     return;
   }
   auto grouped_gemm = [&](const float* xin, const uint16_t* xin_bf16, int64_t ldx, const int32_t* gather,
@@ -482,12 +482,7 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   Buffer yb = c.scratch(size_t(Tk * D) * 4);
   float* y = static_cast<float*>(yb.data());
   grouped_gemm(g, hb, Idim, nullptr, t2, y, D, Idim, "moe grouped gemm (w2)");
-  with_act(a.out, "moe_experts out", [&](auto to) {
-    using TO = decltype(to);
-    moe_combine_kernel<TO><<<stride_grid(T * D), 256, 0, c.stream>>>(y, I.pos_of, T, k, D, a.round_bf16,
-                                                                      a.out.ptr<TO>());
-  });
-  DIL_LAUNCH_CHECK("moe_combine_kernel");
+  combine(y);
 }
 
 }  // namespace dil::cuda

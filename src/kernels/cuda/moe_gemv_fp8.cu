@@ -33,32 +33,27 @@ namespace {
 constexpr int kGfWarps = 8, kGfThreads = 32 * kGfWarps;
 constexpr int kGfUnroll = 4;  // 128-K steps whose loads are in flight at once (2 x 16 B per step)
 
-// Lane t of each quad: w[j] <- lane j's w[t] (a 4x4 word transpose in two exchange rounds).
+// Lanes t and t ^ M (of one quad) swap two words: a lane with bit M of t set gives and takes
+// words I0, I1, the other lane words J0, J1.
+template <int M, int I0, int I1, int J0, int J1>
+__device__ __forceinline__ void quad_swap(uint32_t (&w)[4], int t) {
+  const bool set = t & M;
+  const uint32_t r0 = __shfl_xor_sync(0xffffffffu, set ? w[I0] : w[J0], M);
+  const uint32_t r1 = __shfl_xor_sync(0xffffffffu, set ? w[I1] : w[J1], M);
+  if (set) {
+    w[I0] = r0;
+    w[I1] = r1;
+  } else {
+    w[J0] = r0;
+    w[J1] = r1;
+  }
+}
+
+// Lane t of each quad: w[j] <- lane j's w[t] (a 4x4 word transpose in two exchange rounds: the
+// 2x2 blocks between lanes t and t ^ 2, then single words between lanes t and t ^ 1).
 __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int t) {
-  {  // 2x2 blocks between lanes t and t ^ 2
-    const bool up = t & 2;
-    const uint32_t s0 = up ? w[0] : w[2], s1 = up ? w[1] : w[3];
-    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, s0, 2), r1 = __shfl_xor_sync(0xffffffffu, s1, 2);
-    if (up) {
-      w[0] = r0;
-      w[1] = r1;
-    } else {
-      w[2] = r0;
-      w[3] = r1;
-    }
-  }
-  {  // then single words between lanes t and t ^ 1
-    const bool odd = t & 1;
-    const uint32_t s0 = odd ? w[0] : w[1], s1 = odd ? w[2] : w[3];
-    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-    if (odd) {
-      w[0] = r0;
-      w[2] = r1;
-    } else {
-      w[1] = r0;
-      w[3] = r1;
-    }
-  }
+  quad_swap<2, 0, 1, 2, 3>(w, t);
+  quad_swap<1, 0, 2, 1, 3>(w, t);
 }
 
 // E8M0 byte -> 2^(b - 127); b = 0 gives the subnormal 2^-127 (0x00400000), the larger of the two.
