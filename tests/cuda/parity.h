@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/dtype.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "test_util.h"  // tests/kernels: view, random_vec, SeqSpec, make_meta
 
@@ -58,6 +59,22 @@ inline std::vector<uint8_t> rnd_e8m0(size_t n, uint32_t seed, int lo = 117, int 
   std::vector<uint8_t> v(n);
   for (auto& b : v) b = uint8_t(u(rng));
   return v;
+}
+// Fast numerics round every routed expert's output y to bf16, so a token with exactly one routed
+// slot (idx [T, k], experts [0, E)) has a bf16-exact output row (out [T, D]): the count of its
+// outputs that are not, over all such tokens (*one: how many tokens had one slot).
+inline size_t moe_one_slot_not_bf16(const std::vector<int32_t>& idx, int k, int64_t E, const std::vector<float>& out,
+                                    int64_t D, size_t* one) {
+  size_t bad = 0;
+  *one = 0;
+  for (size_t j = 0; j < idx.size() / size_t(k); ++j) {
+    int routed = 0;
+    for (int slot = 0; slot < k; ++slot) routed += idx[j * k + slot] >= 0 && idx[j * k + slot] < E;
+    if (routed != 1) continue;
+    ++*one;
+    for (int64_t n = 0; n < D; ++n) bad += round_bf16(out[j * D + n]) != out[j * D + n];
+  }
+  return bad;
 }
 inline std::vector<uint8_t> rnd_bytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -351,14 +351,8 @@ class CudaMoeGemv : public CudaParity {
       if (quarter) {
         EXPECT_LE(rel_l2, 0.25 * d_round) << c.what << ": the bf16 roundings did not happen on the GPU";
       }
-      size_t one = 0, not_bf16 = 0;
-      for (int64_t j = 0; j < C; ++j) {
-        int routed = 0;
-        for (int slot = 0; slot < k; ++slot) routed += ic[size_t(j * k + slot)] >= 0 && ic[size_t(j * k + slot)] < c.E;
-        if (routed != 1) continue;
-        ++one;
-        for (int64_t n = 0; n < D; ++n) not_bf16 += round_bf16(got[size_t(j * D + n)]) != got[size_t(j * D + n)];
-      }
+      size_t one = 0;
+      const size_t not_bf16 = moe_one_slot_not_bf16(ic, k, c.E, got, D, &one);
       std::printf("PARITY | %-22s | %-34s | %zu one-slot tokens, %zu outputs not bf16-exact | %s\n",
                   ("moe_experts fast " + impl).c_str(), c.what.c_str(), one, not_bf16, not_bf16 == 0 ? "ok" : "FAIL");
       EXPECT_EQ(not_bf16, 0u) << c.what << ": y not rounded to bf16";

@@ -419,14 +419,8 @@ class CudaMoeMma : public CudaParity {
       // Every slot's y is rounded to bf16 (the w2 epilogue), so a token with one routed slot
       // has a bf16-exact output; the FP8 accumulation's flips make the quarter-distance check
       // below meaningless for this path (its errors are of the order of the roundings).
-      size_t one = 0, not_bf16 = 0;
-      for (int64_t j = 0; j < C; ++j) {
-        int routed = 0;
-        for (int slot = 0; slot < k; ++slot) routed += ic[size_t(j * k + slot)] >= 0 && ic[size_t(j * k + slot)] < c.E;
-        if (routed != 1) continue;
-        ++one;
-        for (int64_t n = 0; n < D; ++n) not_bf16 += round_bf16(got[size_t(j * D + n)]) != got[size_t(j * D + n)];
-      }
+      size_t one = 0;
+      const size_t not_bf16 = moe_one_slot_not_bf16(ic, k, c.E, got, D, &one);
       std::printf("PARITY | %-22s | %-34s | %zu one-slot tokens, %zu outputs not bf16-exact | %s\n", "moe_experts wgmma",
                   c.what.c_str(), one, not_bf16, not_bf16 == 0 ? "ok" : "FAIL");
       EXPECT_EQ(not_bf16, 0u) << c.what << ": y not rounded to bf16";

@@ -116,6 +116,11 @@ __device__ __forceinline__ float d_pow2_ceil(float v) {
   if (b & 0x7fffffu) exp += 1;
   return ldexpf(1.0f, exp);
 }
+// The official ue8m0 FP8 activation quantization (act_quant) of one block: its scale from the
+// block's amax, s = pow2_ceil(max(amax, 1e-4) / 448), and a value's e4m3 rounding under it
+// (the QDQ'd value is that times s, exact in bf16).
+__device__ __forceinline__ float d_act_scale(float amax) { return d_pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f)); }
+__device__ __forceinline__ float d_act_round(float v, float s) { return d_round_e4m3(fminf(fmaxf(v / s, -448.f), 448.f)); }
 
 // ---- activation storage types (backend.h: activations are f32 or bf16) ----
 // A bf16 activation is stored as its bits. Kernels are templates on the storage type of each

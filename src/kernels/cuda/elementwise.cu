@@ -107,10 +107,8 @@ __global__ void fp8_qdq_kernel(const TI* in, int64_t ld_in, TO* out, int64_t ld_
   TO* yr = out + r * ld_out;
   float amax = 0.f;
   for (int c = b0 + lane; c < b1; c += 32) amax = fmaxf(amax, fabsf(ld_act(xr[c])));
-  amax = fmaxf(warp_max(amax), 1e-4f);
-  float s = d_pow2_ceil(amax * (1.0f / 448.0f));
-  for (int c = b0 + lane; c < b1; c += 32)
-    st_act(yr + c, d_round_e4m3(fminf(fmaxf(ld_act(xr[c]) / s, -448.f), 448.f)) * s);
+  const float s = d_act_scale(warp_max(amax));
+  for (int c = b0 + lane; c < b1; c += 32) st_act(yr + c, d_act_round(ld_act(xr[c]), s) * s);
 }
 
 // One warp per (row, block), in place: FP4 e2m1 QDQ with an E8M0 (power of two) or E4M3 scale.

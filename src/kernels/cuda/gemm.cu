@@ -98,8 +98,7 @@ __global__ void act_quant_kernel(const TX* x, int64_t M, int64_t Mp, int64_t K, 
   float amax = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
-  amax = fmaxf(warp_max(amax), 1e-4f);
-  float s = d_pow2_ceil(amax * (1.0f / 448.0f));
+  const float s = d_act_scale(warp_max(amax));
   const float inv_s = 1.0f / s;  // a power of two: v * inv_s is v / s exactly
   uint32_t packed = 0;
 #pragma unroll

@@ -78,10 +78,9 @@ __device__ inline void kv_pack_block(const KvRow& s, const float* x, int b, uint
     const int b0 = b * B;
     float amax = 0.0f;
     for (int i = b0; i < b0 + B; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    amax = fmaxf(amax, 1e-4f);
-    const float sc = d_pow2_ceil(amax * (1.0f / 448.0f));
+    const float sc = d_act_scale(amax);
     scales[b] = kv_ue8m0_of(sc);
-    for (int i = b0; i < b0 + B; ++i) row[i] = d_f32_to_e4m3(d_round_e4m3(fminf(fmaxf(x[i] / sc, -448.0f), 448.0f)));
+    for (int i = b0; i < b0 + B; ++i) row[i] = d_f32_to_e4m3(d_act_round(x[i], sc));
     return;
   }
   const bool e4m3 = s.format == kvpack::Format::Fp4E4m3B16;

@@ -192,10 +192,9 @@ __global__ void moe_fp8_qdq_rows_kernel(float* x, uint16_t* xb, const int32_t* o
   float* xr = x + r * d;
   float amax = 0.f;
   for (int c = b0 + lane; c < b1; c += 32) amax = fmaxf(amax, fabsf(xr[c]));
-  amax = fmaxf(warp_max(amax), 1e-4f);
-  float s = d_pow2_ceil(amax * (1.0f / 448.0f));
+  const float s = d_act_scale(warp_max(amax));
   for (int c = b0 + lane; c < b1; c += 32) {
-    const float q = d_round_e4m3(fminf(fmaxf(xr[c] / s, -448.f), 448.f)) * s;
+    const float q = d_act_round(xr[c], s) * s;
     xr[c] = q;
     if (xb) xb[r * d + c] = uint16_t(__float_as_uint(q) >> 16);
   }
@@ -317,7 +316,7 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   // The tensor-core path wherever it applies, decode-sized batches included (V4-Flash decode,
   // 64 x 6 routed rows: 11.6 against 27.2 ms for 3 layers on the few-rows FP64 kernel, which
   // is bound by its per-weight double conversions).
-  const bool few = Tk <= int64_t(8) * E && !mma_ok && !gv;
+  const bool few = Tk <= int64_t(8) * E && !mma_ok && !gv && !gf;
   const bool mma = !few && mma_ok;
   const int bm = gf ? kGfRows : gv ? kGvMoeRows : few ? kGemvRows : mma ? kMmaBM : kBM;
   int max_tiles = int(ceil_div(Tk, bm) + E);

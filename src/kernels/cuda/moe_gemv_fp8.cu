@@ -189,10 +189,8 @@ __global__ void moe_gf_quant_kernel(const TI* x, int64_t rows_max, const int32_t
   const TI* xr = x + r * K;
   float amax = 0.f;
   for (int64_t c = b0 + lane; c < b1; c += 32) amax = fmaxf(amax, fabsf(ld_act(xr[c])));
-  amax = fmaxf(warp_max(amax), 1e-4f);
-  const float sc = d_pow2_ceil(amax * (1.0f / 448.0f));
-  for (int64_t c = b0 + lane; c < b1; c += 32)
-    q[r * K + c] = d_f32_to_e4m3(d_round_e4m3(fminf(fmaxf(ld_act(xr[c]) / sc, -448.f), 448.f)));
+  const float sc = d_act_scale(warp_max(amax));
+  for (int64_t c = b0 + lane; c < b1; c += 32) q[r * K + c] = d_f32_to_e4m3(d_act_round(ld_act(xr[c]), sc));
   if (lane == 0) s[r * nab + gw % nab] = sc;
 }
 

@@ -474,8 +474,7 @@ __global__ void moe_wg_quant_kernel(const bf16_t* x, const int32_t* gather, cons
                 __uint_as_float(raw.y & 0xffff0000u)};
   float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
   for (int o = kFp8 ? 16 : 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  amax = fmaxf(amax, 1e-4f);
-  const float s = d_pow2_ceil(amax * (1.0f / 448.0f));
+  const float s = d_act_scale(amax);
   for (int e = 0; e < 4; ++e) v[e] = fminf(fmaxf(v[e] / s, -448.f), 448.f);
   const uint32_t codes = e4m3x4(v[0], v[1], v[2], v[3]);
   if (kFp8) {
