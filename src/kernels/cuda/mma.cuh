@@ -20,6 +20,32 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
   mma_bf16(d, a, b[0], b[1]);
 }
 
+// d = a . b for one m16n8k16 tile of f16 operands, f32 accumulation from zero (the fragments of
+// mma_bf16); mma_f16 adds to d. sm_90 has no FP8 mma.sync datapath: ptxas lowers mma_e4m3 to two
+// of these after converting every operand register (e4m3 -> f16 is exact), so a kernel that
+// keeps an operand in f16 saves those conversions.
+__device__ __forceinline__ void mma_f16_zero(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Four e4m3 codes (bytes 0-3 of v) as two f16x2: lo = bytes 0, 1 (byte 0 in the low half), hi =
+// bytes 2, 3; exact. (Splitting v with mov lets ptxas read the high half in place, no shift.)
+__device__ __forceinline__ void e4m3x4_f16x2(uint32_t v, uint32_t& lo, uint32_t& hi) {
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(v));
+}
+
 // d += a . b for one m16n8k32 tile of FP8 e4m3 operands, f32 accumulation (sm_89+; same
 // structure as above, 4 values per register, the lowest k in the lowest byte): a0 (row g, k
 // 4t..4t+3), a1 (row g+8, same k), a2 (row g, k 16+4t..), a3 (row g+8, k 16+4t..); b0 (k 4t..4t+3,

@@ -13,15 +13,23 @@
 // 4t..4t+3 and 16+4t.. of one block, and every lane of the quad the same block (one E8M0 scale
 // per row and MMA): a 4x4 transpose of words across the quad (4 shuffles) turns the quad's four
 // blocks into four MMAs, lane t supplying word t (values 8t..8t+7) of each. A word of 8 e2m1
-// nibbles becomes two e4m3 words (d_e2m1x8_e4m3: even values, odd values), registers a0 / a2
-// (row g) and a1 / a3 (row g + 8); the B operand in shared memory is permuted the same way
-// (b0 = codes 8t + {0, 2, 4, 6}, b1 = 8t + {1, 3, 5, 7} of block j, token g), so the MMA's
-// logical k is a permutation of the block's physical k and the sum is the same.
+// nibbles becomes two e4m3 words (d_e2m1x8_e4m3: even values, odd values), then f16 pairs.
 //
-// Numerics: each MMA starts from zero, so its result is the block's 32 exact products (e4m3 x
-// e2m1 2^-6) summed by the tensor core; promoted by one fmaf with (weight scale x activation
-// scale x 2^6), an exact product of powers of two (>= 2^-143). tests/cuda/test_moe_gemv.cpp
-// derives the bound.
+// sm_90 has no FP8 mma.sync datapath: ptxas runs an m16n8k32 e4m3 MMA as two m16n8k16 f16 MMAs
+// after converting all six operand registers (e4m3 -> f16 is exact) and adds the C operand with
+// an FADD. This kernel issues those two f16 MMAs itself: the A side is converted per MMA as
+// before, but the activations are staged in shared memory already as f16 (K in balanced chunks
+// of <= 4,096, each zero-padded to whole 128-K steps so the MMA loop has no per-block bounds),
+// so per MMA 4 conversions and 4 FADDs are gone (the first MMA starts from zero, the second
+// chains on it). A block's first MMA takes the even values (k 2t, 2t+1 <- values 8t, 8t+2; k
+// 8+2t.. <- 8t+4, 8t+6), the second the odd ones; B piece (block j, token g, lane t) holds the
+// codes 8t + {0, 2, 4, 6, 1, 3, 5, 7} in that order, so the MMAs' logical k is a permutation
+// of the block's physical k and the sum is the same.
+//
+// Numerics: the same operations as the m16n8k32 e4m3 MMA (the two k16 halves, the first from
+// zero): the block's 32 exact products (e4m3 x e2m1 2^-6) summed by the tensor core; promoted
+// by one fmaf with (weight scale x activation scale x 2^6), an exact product of powers of two
+// (>= 2^-143). tests/cuda/fp8_mma_bound.h derives the bound.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -32,6 +40,14 @@ namespace {
 
 constexpr int kGfWarps = 8, kGfThreads = 32 * kGfWarps;
 constexpr int kGfUnroll = 4;  // 128-K steps whose loads are in flight at once (2 x 16 B per step)
+constexpr int kGfChunk = 128;  // most 32-K blocks of activations staged at a time (K 4096)
+
+// Blocks of one staged chunk: K's blocks in the fewest chunks of <= kGfChunk, balanced, each
+// padded to whole 128-K steps.
+__host__ __device__ constexpr int gf_chunk_blocks(int64_t K) {
+  const int64_t nblk = K / 32, nch = (nblk + kGfChunk - 1) / kGfChunk;
+  return int(((nblk + nch - 1) / nch + 3) / 4 * 4);
+}
 
 // Lanes t and t ^ M (of one quad) swap two words: a lane with bit M of t set gives and takes
 // words I0, I1, the other lane words J0, J1.
@@ -72,36 +88,20 @@ __global__ void __launch_bounds__(kGfThreads, 3) moe_gf_kernel(GfMoeArgs a, cons
   const int nr = int(min(int64_t(kGfRows), int64_t(a.map.offsets[e + 1]) - r0));
   const int64_t K = kW13 ? a.D : a.I;
   const int nblk = int(K / 32), nab = int((K + a.act - 1) / a.act);
-  uint2* bs = reinterpret_cast<uint2*>(gf_smem);                       // [nblk][kGfRows][4] B pieces
-  float* ss = reinterpret_cast<float*>(gf_smem + size_t(nblk) * 256);  // [nblk][kGfRows] act scale x 2^6
-
-  // The tile's activations: piece (j, n, t) = codes 32j + 8t .. + 7 of row n, even then odd.
-  // Only rows n < nr: a padding row's B column (and scale) only reaches its own C column, which
-  // is never stored, so it may hold anything.
-  const int per_row = nblk * 4;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < nr * per_row; i += kGfThreads) {
-    const int n = i / per_row, p = i - n * per_row, j = p >> 2, t = p & 3;
-    const int64_t row = kW13 ? int64_t(a.sorted_tok[r0 + n]) : r0 + n;
-    const uint2 c = __ldg(reinterpret_cast<const uint2*>(aq + row * K + j * 32 + t * 8));
-    bs[(j * kGfRows + n) * 4 + t] = make_uint2(sm90::prmt(c.x, c.y, 0x6420u), sm90::prmt(c.x, c.y, 0x7531u));
-  }
-  for (int i = threadIdx.x; i < nr * nblk; i += kGfThreads) {
-    const int n = i / nblk, j = i - n * nblk;
-    const int64_t row = kW13 ? int64_t(a.sorted_tok[r0 + n]) : r0 + n;
-    ss[j * kGfRows + n] = as[row * nab + (j * 32) / a.act] * 64.f;  // e2m1 = its e4m3 byte's value x 2^6
-  }
-  __syncthreads();
+  const int cap = gf_chunk_blocks(K);
+  uint4* bs = reinterpret_cast<uint4*>(gf_smem);                               // [cap][kGfRows][4] B pieces
+  float* ss = reinterpret_cast<float*>(gf_smem + size_t(cap) * kGfRows * 64);  // [cap][kGfRows] act scale x 2^6
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   int64_t ra, rb;  // weight rows of A rows g and g + 8
+  bool active;     // warp-uniform: the warp has weight rows (it still joins the chunk barriers)
   if constexpr (kW13) {
     const int64_t n0 = (int64_t(blockIdx.x) * kGfWarps + warp) * 8;
-    if (n0 >= a.I) return;
+    active = n0 < a.I;
     ra = rb = n0 + g;
   } else {
     const int64_t n0 = (int64_t(blockIdx.x) * kGfWarps + warp) * 16;
-    if (n0 >= a.D) return;
+    active = n0 < a.D;
     ra = n0 + g;
     rb = n0 + 8 + g;
   }
@@ -113,45 +113,95 @@ __global__ void __launch_bounds__(kGfThreads, 3) moe_gf_kernel(GfMoeArgs a, cons
   const uint8_t* sb = wb.scale + rb * wb.scale_cols;
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (row g, tile rows 2t, 2t+1), (row g + 8, same)
-  const int nsteps = (nblk + 3) / 4;
-  for (int s0 = 0; s0 < nsteps; s0 += kGfUnroll) {
-    uint4 qa[kGfUnroll], qb[kGfUnroll];
-    uint32_t sc[kGfUnroll];  // E8M0 bytes of this lane's block: row g (bits 0-7), row g + 8 (8-15)
-#pragma unroll
-    for (int u = 0; u < kGfUnroll; ++u) {
-      const int b = (s0 + u) * 4 + t;
-      const bool ok = b < nblk;
-      qa[u] = ok ? __ldg(pa + b) : make_uint4(0u, 0u, 0u, 0u);
-      qb[u] = ok ? __ldg(pb + b) : make_uint4(0u, 0u, 0u, 0u);
-      sc[u] = ok ? uint32_t(__ldg(sa + b)) | (uint32_t(__ldg(sb + b)) << 8) : 0u;
+  for (int cb0 = 0; cb0 < nblk; cb0 += cap) {
+    // The chunk's activations, blocks cb0.. padded with zeros to whole 128-K steps (so the MMA
+    // loop needs no per-block bounds: a zero block adds fmaf(0, finite, acc) = acc). Piece (j, n, t):
+    // row n's codes 32j + 8t + {0, 2, 4, 6} then + {1, 3, 5, 7} as f16 (the order the A side's
+    // e4m3 words take: even values, odd values). Only rows n < nr: a padding row's B column (and
+    // scale) only reaches its own C column, which is never stored, so it may hold anything.
+    const int ncb = min(cap, nblk - cb0), ncb_pad = (ncb + 3) / 4 * 4, nst = ncb_pad / 4;
+    if (cb0 > 0) __syncthreads();  // every warp is done with the previous chunk
+    const int per_row = ncb_pad * 4;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < nr * per_row; i += kGfThreads) {
+      const int n = i / per_row, p = i - n * per_row, jl = p >> 2, tq = p & 3, j = cb0 + jl;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (jl < ncb) {
+        const int64_t row = kW13 ? int64_t(a.sorted_tok[r0 + n]) : r0 + n;
+        const uint2 c = __ldg(reinterpret_cast<const uint2*>(aq + row * K + j * 32 + tq * 8));
+        const uint32_t ev = sm90::prmt(c.x, c.y, 0x6420u), od = sm90::prmt(c.x, c.y, 0x7531u);
+        e4m3x4_f16x2(ev, v.x, v.y);
+        e4m3x4_f16x2(od, v.z, v.w);
+      }
+      bs[(jl * kGfRows + n) * 4 + tq] = v;
     }
+    for (int i = threadIdx.x; i < nr * ncb_pad; i += kGfThreads) {
+      const int n = i / ncb_pad, jl = i - n * ncb_pad, j = cb0 + jl;
+      float v = 0.f;
+      if (jl < ncb) {
+        const int64_t row = kW13 ? int64_t(a.sorted_tok[r0 + n]) : r0 + n;
+        v = as[row * nab + (j * 32) / a.act] * 64.f;  // e2m1 = its e4m3 byte's value x 2^6
+      }
+      ss[jl * kGfRows + n] = v;
+    }
+    __syncthreads();
+    if (!active) continue;
+
+    for (int s0 = 0; s0 < nst; s0 += kGfUnroll) {
+      // The next iteration's weight lines into L2 (lane t: row g (t even) or g + 8, the first or
+      // second 128 bytes of the iteration's 256): this iteration's loads below are issued only
+      // after the previous iteration's MMAs (the registers hold kGfUnroll steps), so without the
+      // hint each iteration starts with a full HBM latency (measured: V4 decode 1.68 -> 1.54 ms).
+      {
+        const int b = cb0 + (s0 + kGfUnroll) * 4 + (t >> 1) * 8;
+        if (s0 + kGfUnroll < nst && b + 8 <= nblk) sm90::prefetch_l2(((t & 1) ? pb : pa) + b);
+      }
+      uint4 qa[kGfUnroll], qb[kGfUnroll];
+      uint32_t sc[kGfUnroll];  // E8M0 bytes of this lane's block: row g (bits 0-7), row g + 8 (8-15)
 #pragma unroll
-    for (int u = 0; u < kGfUnroll; ++u) {
-      const int jb = (s0 + u) * 4;  // the step's first block
-      if (jb >= nblk) break;        // warp-uniform
-      uint32_t xa[4] = {qa[u].x, qa[u].y, qa[u].z, qa[u].w};
-      uint32_t xb[4] = {qb[u].x, qb[u].y, qb[u].z, qb[u].w};
-      quad_transpose(xa, t);
-      quad_transpose(xb, t);
+      for (int u = 0; u < kGfUnroll; ++u) {
+        const int b = cb0 + (s0 + u) * 4 + t;
+        const bool ok = s0 + u < nst && b < nblk;
+        qa[u] = ok ? __ldg(pa + b) : make_uint4(0u, 0u, 0u, 0u);
+        qb[u] = ok ? __ldg(pb + b) : make_uint4(0u, 0u, 0u, 0u);
+        sc[u] = ok ? uint32_t(__ldg(sa + b)) | (uint32_t(__ldg(sb + b)) << 8) : 0u;
+      }
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (jb + j >= nblk) break;  // warp-uniform
-        const uint32_t sj = __shfl_sync(0xffffffffu, sc[u], (lane & ~3) | j);
-        const float fa = gf_e8m0(sj & 0xffu), fb = gf_e8m0(sj >> 8);
-        uint32_t A[4];
-        d_e2m1x8_e4m3(xa[j], A[0], A[2]);
-        d_e2m1x8_e4m3(xb[j], A[1], A[3]);
-        const uint2 B = bs[((jb + j) * kGfRows + g) * 4 + t];
-        const float2 xs = *reinterpret_cast<const float2*>(ss + (jb + j) * kGfRows + 2 * t);
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        mma_e4m3(d, A, B.x, B.y);
-        acc[0] = fmaf(d[0], fa * xs.x, acc[0]);
-        acc[1] = fmaf(d[1], fa * xs.y, acc[1]);
-        acc[2] = fmaf(d[2], fb * xs.x, acc[2]);
-        acc[3] = fmaf(d[3], fb * xs.y, acc[3]);
+      for (int u = 0; u < kGfUnroll; ++u) {
+        if (s0 + u >= nst) break;  // warp-uniform
+        uint32_t xa[4] = {qa[u].x, qa[u].y, qa[u].z, qa[u].w};
+        uint32_t xb[4] = {qb[u].x, qb[u].y, qb[u].z, qb[u].w};
+        quad_transpose(xa, t);
+        quad_transpose(xb, t);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int jl = (s0 + u) * 4 + j;  // the block, in the chunk
+          const uint32_t sj = __shfl_sync(0xffffffffu, sc[u], (lane & ~3) | j);
+          const float fa = gf_e8m0(sj & 0xffu), fb = gf_e8m0(sj >> 8);
+          uint32_t ea, oa, eb, ob;  // rows g / g + 8: even and odd values, e4m3
+          d_e2m1x8_e4m3(xa[j], ea, oa);
+          d_e2m1x8_e4m3(xb[j], eb, ob);
+          const uint4 B = bs[(jl * kGfRows + g) * 4 + t];
+          const float2 xs = *reinterpret_cast<const float2*>(ss + jl * kGfRows + 2 * t);
+          // The block's 32 products as two k16 f16 MMAs (what mma.sync e4m3 is on sm_90): the
+          // even values first (k 2t, 2t+1 <- values 0, 2; k 8+2t.. <- 4, 6), then the odd ones.
+          uint32_t A0[4], A1[4];  // fragments: a0 / a2 row g (k 2t.., 8+2t..), a1 / a3 row g + 8
+          e4m3x4_f16x2(ea, A0[0], A0[2]);
+          e4m3x4_f16x2(eb, A0[1], A0[3]);
+          e4m3x4_f16x2(oa, A1[0], A1[2]);
+          e4m3x4_f16x2(ob, A1[1], A1[3]);
+          float d[4];
+          mma_f16_zero(d, A0, B.x, B.y);
+          mma_f16(d, A1, B.z, B.w);
+          acc[0] = fmaf(d[0], fa * xs.x, acc[0]);
+          acc[1] = fmaf(d[1], fa * xs.y, acc[1]);
+          acc[2] = fmaf(d[2], fb * xs.x, acc[2]);
+          acc[3] = fmaf(d[3], fb * xs.y, acc[3]);
+        }
       }
     }
   }
+  if (!active) return;
 
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
@@ -194,7 +244,7 @@ __global__ void moe_gf_quant_kernel(const TI* x, int64_t rows_max, const int32_t
   if (lane == 0) s[r * nab + gw % nab] = sc;
 }
 
-size_t gf_smem_bytes(int64_t K) { return size_t(K / 32) * (256 + 32); }
+size_t gf_smem_bytes(int64_t K) { return size_t(gf_chunk_blocks(K)) * kGfRows * (64 + 4); }
 
 template <bool kW13>
 void launch(Ctx& c, const GfMoeArgs& a, const uint8_t* aq, const float* as, float* out) {
@@ -202,10 +252,10 @@ void launch(Ctx& c, const GfMoeArgs& a, const uint8_t* aq, const float* as, floa
   DIL_CHECK(a.D % 32 == 0 && a.I % 32 == 0 && K <= kGfMaxK && a.act > 0,
             "moe_experts gemv_fp8: widths multiples of 32 up to ", kGfMaxK, " (D ", a.D, ", I ", a.I, ")");
   const size_t smem = gf_smem_bytes(K);
-  if (smem > 48 * 1024)
-    DIL_CUDA(cudaFuncSetAttribute(moe_gf_kernel<kW13>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int64_t rows_per_cta = kGfWarps * (kW13 ? 8 : 16);
   dim3 grid(unsigned(ceil_div(kW13 ? a.I : a.D, rows_per_cta)), unsigned(a.max_tiles));
+  if (smem > 48 * 1024)
+    DIL_CUDA(cudaFuncSetAttribute(moe_gf_kernel<kW13>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   moe_gf_kernel<kW13><<<grid, kGfThreads, smem, c.stream>>>(a, aq, as, out);
   DIL_LAUNCH_CHECK(kW13 ? "moe_gf_kernel<w13>" : "moe_gf_kernel<w2>");
 }

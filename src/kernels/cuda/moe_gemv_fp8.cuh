@@ -13,7 +13,7 @@
 namespace dil::cuda {
 
 constexpr int kGfRows = 8;           // sorted rows per tile: the MMA's n
-constexpr int64_t kGfMaxK = 8192;    // widths staged in shared memory (288 B per 32 of K)
+constexpr int64_t kGfMaxK = 8192;    // widest K (activations staged 4,096 K at a time, 68 B per K / 32 per row)
 
 struct GfMoeArgs {
   const int32_t* sorted_tok;   // [rows] token of each sorted row

@@ -340,8 +340,9 @@ std::vector<KernelImpl> build() {
        tolerance(1e-6, 1e-6, true, "f32 FMA over 1 + n terms"), "tests/cuda/test_mhc_fast.cpp"},
       {"hc_post", "default", "thread per (token, channel), double accumulation", hc_any, 0, tolerance(1e-7, 3e-7, true),
        "tests/cuda/test_elementwise.cpp"},
-      {"moe_experts", "gemv_fp8", "decode sizes on FP8 tensor cores: tiles of <= 8 sorted rows as the n of mma.sync "
-       "m16n8k32, 16 weight rows per warp (w1 and w3 rows of the same columns together, SwiGLU with the fast bf16 "
+      {"moe_experts", "gemv_fp8", "decode sizes on tensor cores: tiles of <= 8 sorted rows as the n of mma.sync (two "
+       "m16n8k16 f16 per 32-K block: what m16n8k32 e4m3 is on sm_90, with the tokens staged as f16), 16 weight "
+       "rows per warp (w1 and w3 rows of the same columns together, SwiGLU with the fast bf16 "
        "roundings in registers), FP4 read once by 16-byte lane loads, a quad transpose and a re-bias into e4m3 bytes, "
        "tokens and h as e4m3 codes with their block scales, each 32-K MMA promoted in f32 with its two scales; "
        "combine", moe_gemv, 0, moe_gemv_fp8_bound, "tests/cuda/test_moe_gemv.cpp", 64},
