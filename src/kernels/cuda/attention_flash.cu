@@ -166,7 +166,7 @@ __device__ __forceinline__ void convert_packed_row(const AttnParams<bf16_t>& P, 
       const int seg = (ph * kPer + j) * kThreadsPerRow + part;
       if (8 * seg < nq)
         *reinterpret_cast<uint4*>(slot + 16 * seg) =
-            fp4 ? kv_e2m1x8_bf16(raw[j].x, kv_e4m3x2(uint16_t(sb[j])).x) : kv_e4m3x8_bf16(raw[j], kv_e8m0(uint8_t(sb[j])));
+            fp4 ? kv_e2m1x8_bf16(raw[j].x, kv_e4m3x2(uint16_t(sb[j])).x) : kv_e4m3x8_bf16(raw[j], d_e8m0_fast(uint8_t(sb[j])));
     }
     __syncwarp();
   }

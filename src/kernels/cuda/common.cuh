@@ -51,6 +51,9 @@ __device__ __forceinline__ float d_round_bf16(float f) {
   return __uint_as_float(b & 0xffff0000u);
 }
 __device__ __forceinline__ float d_e8m0_to_f32(uint8_t b) { return ldexpf(1.0f, int(b) - 127); }
+// The same value by bit placement, for hot loops: 2^(b - 127) is the bit pattern b << 23; b = 0
+// gives the subnormal 2^-127 (0x00400000), the larger of the two patterns.
+__device__ __forceinline__ float d_e8m0_fast(uint32_t b) { return __uint_as_float(max(b << 23, 0x00400000u)); }
 __device__ __forceinline__ float d_e4m3_to_f32(uint8_t v) {
   int sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 7;
   if (exp == 0xf && man == 7) return __int_as_float(0x7fc00000);

@@ -40,11 +40,6 @@ constexpr int gv_values() {
   return FMT == 1 ? 8 : FMT == 2 ? 16 : 32;
 }
 
-// E8M0 byte -> 2^(b-127) (b = 0: the subnormal 2^-127), without ldexpf.
-__device__ __forceinline__ float gv_e8m0(uint32_t b) {
-  return b == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(b << 23);
-}
-
 // Two e4m3 bytes (low byte first) -> their values as f32 (exact: e4m3 fits f16).
 __device__ __forceinline__ float2 gv_e4m3x2(uint32_t two) {
   uint32_t h;
@@ -153,7 +148,7 @@ __device__ __forceinline__ void gv_warp(const uint16_t* xs, int64_t K, const GvR
       for (int i = 0; i < kGvRowsPerWarp; ++i) {
         const bool ok = c < c1 && rows[i].w;
         q[i][u] = ok ? __ldg(reinterpret_cast<const uint4*>(rows[i].w) + c) : make_uint4(0, 0, 0, 0);
-        if constexpr (FMT != 1) sc[i][u] = ok ? gv_e8m0(__ldg(rows[i].s + c / cpb)) : 0.f;
+        if constexpr (FMT != 1) sc[i][u] = ok ? d_e8m0_fast(__ldg(rows[i].s + c / cpb)) : 0.f;
       }
     }
 #pragma unroll

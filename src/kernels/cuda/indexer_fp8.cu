@@ -118,7 +118,7 @@ constexpr int kPackedSlot = 96;  // bytes of raw per packed key row: a 68-byte r
 // 32-dim block) as f32, the values load4 reads from a bf16 row holding the same keys.
 __device__ __forceinline__ float4 packed4(const KvRow& f, const uint8_t* row, int lane) {
   const uint32_t w = uint32_t(row[2 * lane]) | (uint32_t(row[2 * lane + 1]) << 8);
-  const float sc = kv_e8m0(row[f.d / 2 + lane / 8]);
+  const float sc = d_e8m0_fast(row[f.d / 2 + lane / 8]);
   return make_float4(kv_e2m1(w) * sc, kv_e2m1(w >> 4) * sc, kv_e2m1(w >> 8) * sc, kv_e2m1(w >> 12) * sc);
 }
 __device__ __forceinline__ void cpa_commit() { asm volatile("cp.async.commit_group;\n" ::); }

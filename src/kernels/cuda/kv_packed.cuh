@@ -135,8 +135,6 @@ __device__ __forceinline__ void kv_unpack(const KvRow& s, const uint8_t* row, in
 }
 
 // ---- 8-value readers for the attention row loaders (the hot path) ----
-// A ue8m0 scale as f32 (byte 0 is 2^-127, a subnormal, as d_e8m0_to_f32 gives it).
-__device__ __forceinline__ float kv_e8m0(uint8_t b) { return b ? __uint_as_float(uint32_t(b) << 23) : 0x1p-127f; }
 // Two e4m3 codes (low byte first) as f32, by the hardware conversion (exact).
 __device__ __forceinline__ float2 kv_e4m3x2(uint16_t codes) {
   return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes), __NV_E4M3)));
@@ -183,16 +181,16 @@ __device__ __forceinline__ uint4 kv_unpack8_bf16(const KvRow& s, const uint8_t* 
         const uint2 a = r[0], b = r[1];
         return make_uint4(a.x, a.y, b.x, b.y);
       }
-      return kv_e4m3x8_bf16(*reinterpret_cast<const uint2*>(row + c0), kv_e8m0(row[nope + 2 * s.rope + c0 / 64]));
+      return kv_e4m3x8_bf16(*reinterpret_cast<const uint2*>(row + c0), d_e8m0_fast(row[nope + 2 * s.rope + c0 / 64]));
     }
     case kvpack::Format::Fp8B32:
-      return kv_e4m3x8_bf16(*reinterpret_cast<const uint2*>(row + c0), kv_e8m0(row[s.d + c0 / 32]));
+      return kv_e4m3x8_bf16(*reinterpret_cast<const uint2*>(row + c0), d_e8m0_fast(row[s.d + c0 / 32]));
     case kvpack::Format::Fp4E4m3B16:
     case kvpack::Format::Fp4B32: {
       const bool e4m3 = s.format == kvpack::Format::Fp4E4m3B16;
       const uint32_t w = *reinterpret_cast<const uint32_t*>(row + c0 / 2);  // 8 nibbles, dim 2k low
       const uint8_t sb = row[s.d / 2 + c0 / (e4m3 ? 16 : 32)];
-      const float sc = e4m3 ? kv_e4m3x2(sb).x : kv_e8m0(sb);
+      const float sc = e4m3 ? kv_e4m3x2(sb).x : d_e8m0_fast(sb);
       return kv_e2m1x8_bf16(w, sc);
     }
   }

@@ -72,9 +72,6 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int t) {
   quad_swap<1, 0, 2, 1, 3>(w, t);
 }
 
-// E8M0 byte -> 2^(b - 127); b = 0 gives the subnormal 2^-127 (0x00400000), the larger of the two.
-__device__ __forceinline__ float gf_e8m0(uint32_t b) { return __uint_as_float(max(b << 23, 0x00400000u)); }
-
 // kW13: h (see the header); else y. aq / as: the activation codes [rows, K] and scales [rows,
 // ceil(K / act)] (w13: token rows, gathered; w2: sorted rows). grid (weight-row blocks, max_tiles).
 template <bool kW13>
@@ -177,7 +174,7 @@ __global__ void __launch_bounds__(kGfThreads, 3) moe_gf_kernel(GfMoeArgs a, cons
         for (int j = 0; j < 4; ++j) {
           const int jl = (s0 + u) * 4 + j;  // the block, in the chunk
           const uint32_t sj = __shfl_sync(0xffffffffu, sc[u], (lane & ~3) | j);
-          const float fa = gf_e8m0(sj & 0xffu), fb = gf_e8m0(sj >> 8);
+          const float fa = d_e8m0_fast(sj & 0xffu), fb = d_e8m0_fast(sj >> 8);
           uint32_t ea, oa, eb, ob;  // rows g / g + 8: even and odd values, e4m3
           d_e2m1x8_e4m3(xa[j], ea, oa);
           d_e2m1x8_e4m3(xb[j], eb, ob);
