@@ -216,6 +216,12 @@ class Backend {
 
   // Memory. alloc returns zero-filled memory on the backend's device.
   virtual Buffer alloc(size_t bytes) = 0;
+  // Memory for op outputs (the model's per-step Scratch): contents unspecified, because every op
+  // writes each element of its outputs (backend ops' contract). A device backend skips alloc's
+  // zero-fill there: one launch per tensor, about as many as the step's ops, each a host cost of
+  // every step. With BackendOptions::poison_scratch the memory is filled with 0xff bytes instead
+  // (NaN as f32 / bf16, -1 as i32), so that a test run exposes a read of an element no op wrote.
+  virtual Buffer alloc_scratch(size_t bytes) { return alloc(bytes); }
   virtual void upload(Tensor dst, const void* host_src) = 0;    // dst.nbytes() bytes
   virtual void download(void* host_dst, const Tensor& src) = 0;
   virtual void fill(Tensor t, float value) = 0;                 // f32 tensors
@@ -320,6 +326,11 @@ class Backend {
     return std::chrono::duration<double, std::milli>(host_events_[size_t(to)] - host_events_[size_t(from)]).count();
   }
   virtual void clear_events() { host_events_.clear(); }
+  // Benchmark timing: the device stream waits `ms` before its next op, so that the host can
+  // queue a whole step's launches meanwhile; events around that step then give its device
+  // time without launch gaps (what a CUDA graph of the step could reach). A host backend,
+  // whose ops run as they are called, does nothing.
+  virtual void hold(double ms) { (void)ms; }
   // Hardware ceilings measured on this device for the benchmarks, e.g. "bf16_gemm_tflops",
   // "fp8_gemm_tflops", "hbm_copy_gbps" (read + write bytes). Empty where not measurable.
   virtual std::map<std::string, double> measure_ceilings() { return {}; }

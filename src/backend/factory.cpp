@@ -1,4 +1,7 @@
 // Backend dispatch: the only #ifdef on CUDA outside CMake (design.md rule 5).
+#include <cstdlib>
+#include <string>
+
 #include "backend/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/registry.h"
@@ -9,7 +12,9 @@
 
 namespace dil {
 
-std::unique_ptr<Backend> make_backend(BackendKind kind, int device_index, const BackendOptions& o) {
+std::unique_ptr<Backend> make_backend(BackendKind kind, int device_index, const BackendOptions& opts) {
+  BackendOptions o = opts;
+  if (const char* p = std::getenv("DIL_POISON_SCRATCH"); p && std::string(p) == "1") o.poison_scratch = true;
   switch (kind) {
     case BackendKind::CPU:
       return make_cpu_backend(o);

@@ -37,6 +37,9 @@ struct BackendOptions {
   // cuBLASLt block-scaled FP8 scale layouts "ab" (a: weight scales K- (0) or N-fastest (1);
   // b: activation scales token- (0) or K-fastest (1)); scripts/gpu-check probes the others.
   std::string lt_fp8_layout = "00";
+  // alloc_scratch fills with 0xff bytes (tests: finds reads of unwritten output elements). Set
+  // by make_backend from the environment variable DIL_POISON_SCRATCH=1 as well.
+  bool poison_scratch = false;
 };
 // "op=impl[,op=impl...]" -> BackendOptions::force entries; throws dil::Error on bad syntax.
 void parse_kernel_overrides(const std::string& spec, BackendOptions* o);

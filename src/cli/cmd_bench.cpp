@@ -94,6 +94,7 @@ struct Run {
   double step_ms = 0;    // forward + device sampling + the sampled ids back on the host
   double host_ms = 0;    // host time inside forward_device (planning, uploads, launches)
   double sample_ms = 0;  // host wall time of the sampling call (packing, upload, kernel, download)
+  double device_ms = 0;  // the forward on the device with every launch queued ahead (Backend::hold)
   std::map<std::string, double> module_ms;
   std::map<std::string, double> layer_kind_ms;
 };
@@ -131,6 +132,17 @@ Run time_steps(Model& model, Backend& be, const StepBatch& batch, int warmup, in
   r.step_ms = ms(clock::now() - t0) / iters;
   r.host_ms /= iters;
   r.sample_ms /= iters;
+  // The forward's device time without launch gaps: the stream is held while the host queues
+  // the whole forward (hold: 4x the host time, at least 20 ms), then timed by events. Against
+  // step_ms - sample_ms it says how much of the step the host's launches cost.
+  {
+    be.hold(std::max(20.0, 4 * r.host_ms));
+    const int a = be.record_event();
+    (void)model.forward_device(batch);
+    const int b = be.record_event();
+    r.device_ms = be.elapsed_ms(a, b);
+    be.clear_events();
+  }
   // The profiled step leaves its logits on the device too, as the timed steps do (a host
   // download inside the head's scope would inflate embed+head and, through the scale of the
   // extrapolation, shrink every other part); they are checked after the profiler is detached.
@@ -417,6 +429,8 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   std::printf("host per step: %.3f ms in the forward (planning + launches, until forward_device returns), "
               "%.3f ms sampling on the device (pack + upload + kernel + ids back; waits for the step)\n",
               r.host_ms, r.sample_ms);
+  std::printf("forward on the device with its launches queued ahead (no launch gaps): %.3f ms (subset)\n",
+              r.device_ms);
   if (full_depth)
     std::printf("full depth measured (all %d layers): %.3f ms/step  -> %.1f tok/s/GPU  (floor %.3f ms)\n", cfg.n_layers,
                 r.step_ms, tokens / (r.step_ms / 1e3), full_floor);
@@ -428,6 +442,7 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   json out = {{"bench", decode ? "decode" : "prefill"}, {"config", cfg_path}, {"device", be->name()}, {"ranks", run->size()},
               {"layers", opt.layers}, {"n_layers", cfg.n_layers}, {"seqs", n_seqs}, {"cached", cached},
               {"new_tokens", new_tokens}, {"step_ms_subset", r.step_ms}, {"host_forward_ms", r.host_ms},
+              {"device_forward_ms", r.device_ms},
               {"sample_ms", r.sample_ms}, {"modules", jm},
               {"layer_kind_ms", r.layer_kind_ms}, {"ceilings", ceil}, {"floor_ms_subset", subset_floor},
               {"floor_ms_full", full_floor}, {"extrapolated", extrapolable && !full_depth}, {"full_depth", full_depth},

@@ -16,7 +16,7 @@ class Scratch {
   // An activation of the model's numerics (activation_dtype: bf16 in fast, else f32).
   Tensor make(DType t, std::initializer_list<int64_t> dims) {
     Tensor v(nullptr, t, dims, be_.device());
-    Buffer b = be_.alloc(std::max<size_t>(v.nbytes(), 4));
+    Buffer b = be_.alloc_scratch(std::max<size_t>(v.nbytes(), 4));  // every op writes its outputs whole
     v.data = b.data();
     bufs_.push_back(std::move(b));
     return v;

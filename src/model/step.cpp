@@ -8,7 +8,7 @@ namespace dil {
 
 Tensor upload_i32(const std::vector<int32_t>& v, Backend& be, std::vector<Buffer>* storage) {
   size_t n = std::max<size_t>(v.size(), 1);
-  Buffer b = be.alloc(n * 4);
+  Buffer b = be.alloc_scratch(n * 4);  // the upload writes it whole
   Tensor t(b.data(), DType::I32, {int64_t(v.size())}, be.device());
   if (!v.empty()) be.upload(t, v.data());
   storage->push_back(std::move(b));
@@ -25,7 +25,7 @@ int StepStaging::add(const std::vector<int32_t>& v) {
 
 void StepStaging::upload(Backend& be, std::vector<Buffer>* storage) {
   if (host_.empty()) host_.resize(16, 0);
-  Buffer b = be.alloc(host_.size() * 4);
+  Buffer b = be.alloc_scratch(host_.size() * 4);  // the upload writes it whole
   be.upload(Tensor(b.data(), DType::I32, {int64_t(host_.size())}, be.device()), host_.data());
   dev_ = b.data();
   device_ = be.device();

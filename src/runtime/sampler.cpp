@@ -100,7 +100,7 @@ std::vector<SampleResult> SampleBatch::run(Backend& be, const Tensor& logits, Lo
   std::memcpy(host.data(), rows.data(), rows_b);
   if (E) std::memcpy(host.data() + rows_b, edits.data(), edits_b);
   if (M) std::memcpy(host.data() + rows_b + edits_b, masks.data(), masks_b);
-  Buffer in = be.alloc(host.size()), res = be.alloc(size_t(S * width) * 4);
+  Buffer in = be.alloc_scratch(host.size()), res = be.alloc(size_t(S * width) * 4);  // in: uploaded whole
   be.upload(Tensor(in.data(), DType::I8, {int64_t(host.size())}, dev), host.data());
   char* base = static_cast<char*>(in.data());
   SampleArgs a;

@@ -69,6 +69,7 @@ class InterposingBackend : public Backend {
   const std::vector<KernelImpl>& kernels() const override { return in_.kernels(); }
 
   Buffer alloc(size_t bytes) override { return in_.alloc(bytes); }
+  Buffer alloc_scratch(size_t bytes) override { return in_.alloc_scratch(bytes); }
   void upload(Tensor dst, const void* src) override { in_.upload(dst, src); }
   void download(void* dst, const Tensor& src) override { in_.download(dst, src); }
   void fill(Tensor t, float v) override { in_.fill(t, v); }
@@ -78,6 +79,7 @@ class InterposingBackend : public Backend {
   Tensor adopt_tensor(const Tensor& host) override { return in_.adopt_tensor(host); }
   int record_event() override { return in_.record_event(); }
   double elapsed_ms(int from, int to) override { return in_.elapsed_ms(from, to); }
+  void hold(double ms) override { in_.hold(ms); }
   void clear_events() override { in_.clear_events(); }
   std::map<std::string, double> measure_ceilings() override { return in_.measure_ceilings(); }
   void* native_stream() override { return in_.native_stream(); }

@@ -1,6 +1,7 @@
 // The backend factory and its kind parser.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "backend/backend.h"
@@ -32,6 +33,27 @@ TEST(Factory, ParseAndMakeCpu) {
   be->add(t, t2, t2);
   be->download(dst, t2);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(dst[i], src[i] - 2.5f);
+}
+
+// alloc_scratch: zero-filled on the CPU unless poisoned; poisoned, every byte 0xff (NaN as f32,
+// -1 as i32), while alloc stays zero-filled (state buffers rely on it).
+TEST(Memory, ScratchPoisonOnlyWhenAsked) {
+  auto plain = make_backend(BackendKind::CPU);
+  BackendOptions o;
+  o.poison_scratch = true;
+  auto poisoned = make_backend(BackendKind::CPU, 0, o);
+  for (size_t bytes : {size_t(24), size_t(3) << 20}) {  // host_alloc and mmap sizes
+    Buffer a = plain->alloc_scratch(bytes), p = poisoned->alloc_scratch(bytes), z = poisoned->alloc(bytes);
+    const auto* pa = static_cast<const uint8_t*>(a.data());
+    const auto* pp = static_cast<const uint8_t*>(p.data());
+    const auto* pz = static_cast<const uint8_t*>(z.data());
+    for (size_t i = 0; i < bytes; i += 4093) {
+      EXPECT_EQ(pa[i], 0) << i;
+      EXPECT_EQ(pp[i], 0xff) << i;
+      EXPECT_EQ(pz[i], 0) << i;
+    }
+    EXPECT_TRUE(std::isnan(p.as(DType::F32, {int64_t(bytes / 4)}).ptr<float>()[0]));
+  }
 }
 
 TEST(Memory, EmbedBf16AndF32Tables) {

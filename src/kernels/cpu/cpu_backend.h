@@ -24,6 +24,7 @@ class CpuBackend : public Backend {
 
   // memory.cpp
   Buffer alloc(size_t bytes) override;
+  Buffer alloc_scratch(size_t bytes) override;
   void upload(Tensor dst, const void* host_src) override;
   void download(void* host_dst, const Tensor& src) override;
   void fill(Tensor t, float value) override;

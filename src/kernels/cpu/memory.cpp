@@ -102,6 +102,13 @@ Buffer CpuBackend::alloc(size_t bytes) {
   return Buffer(p, bytes, Device::CPU, [bytes](void* q) { ::munmap(q, bytes); });
 }
 
+// Zero-filled as alloc gives it (the CPU's fill costs no launch), or poisoned for tests.
+Buffer CpuBackend::alloc_scratch(size_t bytes) {
+  Buffer b = alloc(bytes);
+  if (options().poison_scratch && bytes) std::memset(b.data(), 0xff, bytes);
+  return b;
+}
+
 Backend::MemoryInfo CpuBackend::memory_info() {
   const HostMemory h = host_memory();
   MemoryInfo m;

@@ -81,6 +81,11 @@ class CudaBackend final : public Backend {
     DIL_CUDA(cudaMemsetAsync(b.data(), 0, bytes, c_.stream));
     return b;
   }
+  Buffer alloc_scratch(size_t bytes) override {
+    Buffer b = c_.arena->get(bytes);
+    if (options().poison_scratch) DIL_CUDA(cudaMemsetAsync(b.data(), 0xff, bytes, c_.stream));
+    return b;
+  }
   void upload(Tensor dst, const void* host_src) override {
     DIL_CHECK(dst.device == Device::CUDA, "upload: destination not on CUDA");
     DIL_CUDA(cudaMemcpyAsync(dst.data, host_src, dst.nbytes(), cudaMemcpyHostToDevice, c_.stream));
@@ -248,6 +253,7 @@ class CudaBackend final : public Backend {
     return double(ms);
   }
   void clear_events() override { n_events_ = 0; }  // the events are reused
+  void hold(double ms) override { cuda::hold_stream(c_, ms); }
   std::map<std::string, double> measure_ceilings() override {
     synchronize();
     return cuda::measure_ceilings(c_.lt, c_.stream);

@@ -171,7 +171,23 @@ __global__ void swiglu_kernel(const TG* g, const TU* u, const float* w, float li
   }
 }
 
+// One thread spins on the global timer (ns) until `ns` have passed since it started.
+__global__ void hold_kernel(uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(10000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
 }  // namespace
+
+void hold_stream(Ctx& c, double ms) {
+  if (!(ms > 0)) return;
+  hold_kernel<<<1, 1, 0, c.stream>>>(uint64_t(ms * 1e6));
+  DIL_LAUNCH_CHECK("hold_kernel");
+}
 
 void fill_f32(Ctx& c, float* p, int64_t n, float v) {
   if (n == 0) return;

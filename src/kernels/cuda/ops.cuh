@@ -70,6 +70,8 @@ struct Ctx {
 // elementwise.cu. Activation tensors are f32 or bf16 (backend.h); the typed pointer forms
 // take float | bf16_t (common.cuh).
 void fill_f32(Ctx& c, float* p, int64_t n, float v);
+// Benchmarks: the stream's next op starts `ms` after this one starts (a one-thread spin).
+void hold_stream(Ctx& c, double ms);
 // out[i] = in[i], rounded to TO (instantiated for f32 <-> bf16).
 template <class TI, class TO>
 void convert(Ctx& c, const TI* in, TO* out, int64_t n);
