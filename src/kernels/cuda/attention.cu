@@ -125,14 +125,15 @@ __global__ void paged_write_kernel(const T* rows, T* cache, int rpb, int d, cons
 }
 
 // The same into packed rows (fmt, rb bytes each): the row widened to f32 in shared memory, then
-// one thread per scale block quantizes it (kv_pack_block: the QDQ formulas, so a row that was
-// QDQ'd at the official point is stored exactly).
+// one warp per scale block quantizes it (kv_pack_block: the QDQ formulas, so a row that was
+// QDQ'd at the official point is stored exactly). blockDim.x: a multiple of 32.
 template <class T>
 __device__ __forceinline__ void pack_row_block(const T* src, uint8_t* dst, const KvRow& fmt) {
   __shared__ float x[kMaxD];
   for (int k = threadIdx.x; k < fmt.d; k += blockDim.x) x[k] = ld_act(src[k]);
   __syncthreads();
-  for (int b = threadIdx.x; b < kv_scale_blocks(fmt); b += blockDim.x) kv_pack_block(fmt, x, b, dst);
+  const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int b = warp; b < kv_scale_blocks(fmt); b += nw) kv_pack_block(fmt, x, b, dst, threadIdx.x & 31);
 }
 template <class T>
 __global__ void ring_write_packed_kernel(const T* kv_new, uint8_t* ring, KvRow fmt, int64_t rb, const int32_t* tok_seq,

@@ -71,7 +71,13 @@ __global__ void comp_emit_kernel(CompParams P) {
   }
 }
 
-// One thread per (sequence, column): rewrite that column of every state row.
+constexpr int kMaxOverlapRatio = 8;  // the overlapped compressor's ratio (V4: 4)
+
+// One thread per (sequence, column): writes the state rows the step changes, in that column
+// (rows the recurrence leaves alone are not touched). Current-window rows: row cur0 + q % m
+// takes position q for every q of the step's last m positions (the latest of each residue).
+// Overlapped ratio, when a window completed in the step: rows j < m take that window's
+// positions, read before any write (some come from the current-window rows of the initial state).
 __global__ void comp_state_kernel(CompParams P, int n_seqs) {
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= int64_t(n_seqs) * P.C) return;
@@ -79,43 +85,41 @@ __global__ void comp_state_kernel(CompParams P, int n_seqs) {
   int sp = P.start_pos[s], L = P.len[s];
   if (L == 0) return;
   int end = sp + L;  // first position not processed
-  float na[256], ng[256];
-  int cur0 = P.overlap ? P.m : 0;  // rows of the current window
-  // Current-window rows: latest position of each residue, else unchanged.
-  for (int j = 0; j < P.m; ++j) {
-    int q = end - 1 - ((end - 1 - j) % P.m + P.m) % P.m;  // largest q < end with q % m == j
-    int64_t o = (int64_t(P.slot[s]) * P.rows + cur0 + j) * P.C + col;
-    if (q >= sp) {
-      comp_fetch(P, s, q, col, na[cur0 + j], ng[cur0 + j]);
-    } else {
-      na[cur0 + j] = P.skv[o];
-      ng[cur0 + j] = P.ssc[o];
-    }
-  }
+  const int64_t base = int64_t(P.slot[s]) * P.rows * P.C + col;  // row r of the slot at base + r * C
+  float pa[kMaxOverlapRatio], pg[kMaxOverlapRatio];  // previous-window rows j < m (overlap)
+  bool emitted = false;
   if (P.overlap) {
     int w_last = end / P.m - 1;  // last window completed by the end of the step
-    bool emitted = w_last >= 0 && (w_last + 1) * P.m - 1 >= sp;
-    for (int j = 0; j < P.m; ++j) {
-      int64_t o = (int64_t(P.slot[s]) * P.rows + j) * P.C + col;
-      if (emitted) {
+    emitted = w_last >= 0 && (w_last + 1) * P.m - 1 >= sp;
+    if (emitted) {
+#pragma unroll
+      for (int j = 0; j < kMaxOverlapRatio; ++j) {
+        if (j >= P.m) break;
         int q = w_last * P.m + j;
         if (q >= sp) {
-          comp_fetch(P, s, q, col, na[j], ng[j]);
+          comp_fetch(P, s, q, col, pa[j], pg[j]);
         } else {  // still in the current-window rows of the step's initial state
-          int64_t oc = (int64_t(P.slot[s]) * P.rows + P.m + j) * P.C + col;
-          na[j] = P.skv[oc];
-          ng[j] = P.ssc[oc];
+          pa[j] = P.skv[base + int64_t(P.m + j) * P.C];
+          pg[j] = P.ssc[base + int64_t(P.m + j) * P.C];
         }
-      } else {
-        na[j] = P.skv[o];
-        ng[j] = P.ssc[o];
       }
     }
   }
-  for (int r = 0; r < P.rows; ++r) {
-    int64_t o = (int64_t(P.slot[s]) * P.rows + r) * P.C + col;
-    P.skv[o] = na[r];
-    P.ssc[o] = ng[r];
+  const int cur0 = P.overlap ? P.m : 0;  // rows of the current window
+  for (int q = max(sp, end - P.m); q < end; ++q) {
+    float av, gv;
+    comp_fetch(P, s, q, col, av, gv);
+    const int64_t o = base + int64_t(cur0 + q % P.m) * P.C;
+    P.skv[o] = av;
+    P.ssc[o] = gv;
+  }
+  if (emitted) {
+#pragma unroll
+    for (int j = 0; j < kMaxOverlapRatio; ++j) {
+      if (j >= P.m) break;
+      P.skv[base + int64_t(j) * P.C] = pa[j];
+      P.ssc[base + int64_t(j) * P.C] = pg[j];
+    }
   }
 }
 
@@ -128,8 +132,8 @@ void compressor(Ctx& c, const CompressorArgs& a, const EmitPlan& plan, const Ste
   P.dc = a.dc;
   P.C = (a.overlap ? 2 : 1) * a.dc;
   P.rows = int(a.state_kv.size(1));
-  DIL_CHECK(P.rows == (a.overlap ? 2 : 1) * a.ratio && P.rows <= 256, "compressor: state rows ", P.rows,
-            " for ratio ", a.ratio);
+  DIL_CHECK(P.rows == (a.overlap ? 2 : 1) * a.ratio && (!a.overlap || a.ratio <= kMaxOverlapRatio),
+            "compressor: state rows ", P.rows, " for ratio ", a.ratio, a.overlap ? " (overlapped)" : "");
   DIL_CHECK(a.a.size(-1) == P.C && a.state_kv.size(2) == P.C, "compressor: width ", a.a.shape_str(), " vs ", P.C);
   check_f32(a.a, "compressor a");
   check_f32(a.g, "compressor g");

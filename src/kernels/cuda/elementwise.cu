@@ -9,6 +9,8 @@
 namespace dil::cuda {
 namespace {
 
+constexpr int kMaxRopeHalf = 256;  // rope_dims / 2 at most (V4 / V4.1: 32)
+
 __global__ void fill_kernel(float* p, int64_t n, float v) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     p[i] = v;
@@ -72,18 +74,25 @@ __global__ void rms_norm_kernel(const TX* x, const void* w, bool w_bf16, float e
 
 // x [R, H, d]: interleaved pairs of the last rope_dims of each head vector. phi in f32;
 // cos/sin in double rounded to f32; each output in double rounded once to f32 (as the
-// reference), then to x's dtype.
+// reference), then to x's dtype. One block per row: the row's rope_dims / 2 angles are
+// evaluated once into shared memory and shared by its H heads (the double sin / cos were the
+// whole cost when every (head, pair) evaluated them: 16 us for one 64-head decode row).
 template <class T>
 __global__ void rope_kernel(T* x, const int32_t* pos, const float* inv_freq, int H, int d, int rd, bool inverse) {
+  __shared__ float cs_s[kMaxRopeHalf], sn_s[kMaxRopeHalf];  // [rd / 2] f32 cos / sin of the row
   int r = blockIdx.x;
   float p = float(pos[r]);
   int half = rd / 2;
+  for (int k = threadIdx.x; k < half; k += blockDim.x) {
+    float phi = p * inv_freq[k];
+    cs_s[k] = float(cos(double(phi)));
+    float sn = float(sin(double(phi)));
+    sn_s[k] = inverse ? -sn : sn;
+  }
+  __syncthreads();
   for (int i = threadIdx.x; i < H * half; i += blockDim.x) {
     int h = i / half, k = i % half;
-    float phi = p * inv_freq[k];
-    double cs = float(cos(double(phi)));
-    double sn = float(sin(double(phi)));
-    if (inverse) sn = -sn;
+    double cs = cs_s[k], sn = sn_s[k];
     T* v = x + (int64_t(r) * H + h) * d + (d - rd) + 2 * k;
     double a = ld_act(v[0]), b = ld_act(v[1]);
     st_act(v, float(a * cs - b * sn));
@@ -265,7 +274,8 @@ void rope(Ctx& c, Tensor x, const Tensor& pos, const RopeTable& t, bool inverse)
   int64_t R = x.size(0);
   int d = int(x.size(-1));
   int H = R ? int(x.numel() / (R * d)) : 1;
-  DIL_CHECK(t.rope_dims <= d && t.rope_dims % 2 == 0, "rope: rope_dims ", t.rope_dims, " d ", d);
+  DIL_CHECK(t.rope_dims <= d && t.rope_dims % 2 == 0 && t.rope_dims / 2 <= kMaxRopeHalf, "rope: rope_dims ",
+            t.rope_dims, " d ", d);
   DIL_CHECK(pos.numel() == R, "rope: pos ", pos.shape_str(), " for x ", x.shape_str());
   if (R == 0) return;
   with_act(x, "rope x", [&](auto tx) {

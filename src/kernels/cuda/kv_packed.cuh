@@ -9,9 +9,9 @@
 //   Fp4B32     [d/2 e2m1][d/32 ue8m0]                            (indexer keys, 68 B at d = 128)
 //
 // Readers: kv_unpack<N>(shape, row, c0, out) dequantizes dims [c0, c0 + N) of one row (the
-// interface a kernel's row loader calls; kv_unpack_one for a single dim). Writers: one thread
-// per scale block, kv_pack_block(shape, x, b, row) for b < kv_scale_blocks(shape), x the row's
-// f32 values; a V4Row has one more "block", b = nope/64: its bf16 rope dims and the pad.
+// interface a kernel's row loader calls; kv_unpack_one for a single dim). Writers: one warp
+// per scale block, kv_pack_block(shape, x, b, row, lane) for b < kv_scale_blocks(shape), x the
+// row's f32 values; a V4Row has one more "block", b = nope/64: its bf16 rope dims and the pad.
 #pragma once
 #include <cstdint>
 
@@ -58,44 +58,46 @@ __device__ __forceinline__ uint8_t kv_e2m1_code(float v) {
   return uint8_t((signbit(r) ? 8 : 0) | code);
 }
 
-// Writes scale block b of a row (its codes and its scale byte) from x [d] (f32, the row).
+// Writes scale block b of a row (its codes and its scale byte) from x [d] (f32, the row), by
+// the 32 lanes of a warp together (every lane calls it with the same b; lane = its lane id):
+// the block's amax by a warp max (exact, any order), then each lane its values' codes.
 // V4Row: b < nope/64 are the e4m3 blocks; b == nope/64 writes the bf16 rope dims and the pad.
-__device__ inline void kv_pack_block(const KvRow& s, const float* x, int b, uint8_t* row) {
+__device__ inline void kv_pack_block(const KvRow& s, const float* x, int b, uint8_t* row, int lane) {
   const int d = s.d;
   if (s.format == kvpack::Format::V4Row || s.format == kvpack::Format::Fp8B32) {
     const int B = s.format == kvpack::Format::V4Row ? 64 : 32;
     const int nq = s.format == kvpack::Format::V4Row ? d - s.rope : d;  // e4m3 dims
     uint8_t* scales = row + (s.format == kvpack::Format::V4Row ? nq + 2 * s.rope : d);
     if (s.format == kvpack::Format::V4Row && b == nq / 64) {
-      for (int i = 0; i < s.rope; ++i) {
+      for (int i = lane; i < s.rope; i += 32) {
         const uint32_t bits = __float_as_uint(d_round_bf16(x[nq + i]));
         row[nq + 2 * i] = uint8_t(bits >> 16);
         row[nq + 2 * i + 1] = uint8_t(bits >> 24);
       }
-      for (int i = nq + 2 * s.rope + nq / 64; i < kv_row_bytes(s); ++i) row[i] = 0;
+      for (int i = nq + 2 * s.rope + nq / 64 + lane; i < kv_row_bytes(s); i += 32) row[i] = 0;
       return;
     }
     const int b0 = b * B;
     float amax = 0.0f;
-    for (int i = b0; i < b0 + B; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    const float sc = d_act_scale(amax);
-    scales[b] = kv_ue8m0_of(sc);
-    for (int i = b0; i < b0 + B; ++i) row[i] = d_f32_to_e4m3(d_act_round(x[i], sc));
+    for (int i = b0 + lane; i < b0 + B; i += 32) amax = fmaxf(amax, fabsf(x[i]));
+    const float sc = d_act_scale(warp_max(amax));
+    if (lane == 0) scales[b] = kv_ue8m0_of(sc);
+    for (int i = b0 + lane; i < b0 + B; i += 32) row[i] = d_f32_to_e4m3(d_act_round(x[i], sc));
     return;
   }
   const bool e4m3 = s.format == kvpack::Format::Fp4E4m3B16;
   const int B = e4m3 ? 16 : 32, b0 = b * B;
-  float amax = 0.0f;
-  for (int i = b0; i < b0 + B; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  const float amax = warp_max(lane < B ? fmaxf(0.0f, fabsf(x[b0 + lane])) : 0.0f);  // a NaN drops out, as in a chain from 0
   float sc;
   if (e4m3) {
     sc = d_round_e4m3(fminf(fmaxf(amax, 6.0f * 0x1p-9f) / 6.0f, 448.0f));
-    row[d / 2 + b] = d_f32_to_e4m3(sc);
+    if (lane == 0) row[d / 2 + b] = d_f32_to_e4m3(sc);
   } else {
     sc = d_pow2_ceil(fmaxf(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f));
-    row[d / 2 + b] = kv_ue8m0_of(sc);
+    if (lane == 0) row[d / 2 + b] = kv_ue8m0_of(sc);
   }
-  for (int i = b0; i < b0 + B; i += 2) {
+  if (2 * lane < B) {
+    const int i = b0 + 2 * lane;
     const uint8_t lo = kv_e2m1_code(fminf(fmaxf(x[i] / sc, -6.0f), 6.0f));
     const uint8_t hi = kv_e2m1_code(fminf(fmaxf(x[i + 1] / sc, -6.0f), 6.0f));
     row[i / 2] = uint8_t(lo | (hi << 4));
