@@ -466,14 +466,18 @@ void linear_typed(Ctx& c, const TX* x, int64_t M, const Weight& w, int act_block
   } else if (impl == "gemv") {
     DIL_CHECK(is_bf16<TX>, "linear gemv: bf16 activations");
     if constexpr (is_bf16<TX>) {
+      // The act_quant QDQ is applied by the GEMV as it stages x (no separate pass) where the
+      // weights are FP8 and the blocks (32 or 128) tile K; else here first (QDQ'd values are exact in bf16).
       const bf16_t* xg = x;
       Buffer xq;
-      if (quant) {  // QDQ'd values are exact in bf16
+      const bool fused = quant && w.kind == Weight::Kind::FP8 && (act_block == 32 || act_block == 128) &&
+                         w.in % act_block == 0;
+      if (quant && !fused) {
         xq = c.scratch(size_t(M * w.in) * 2);  // [M, K] bf16
         fp8_qdq(c, x, w.in, static_cast<bf16_t*>(xq.data()), w.in, M, int(w.in), act_block);
         xg = static_cast<const bf16_t*>(xq.data());
       }
-      gemv_fast(c, xg, w.in, M, make_wview(w), out, w.out);
+      gemv_fast(c, xg, w.in, M, make_wview(w), out, w.out, GvGroups{}, fused ? act_block : 0);
       return;
     }
   } else if (impl == "dequant_bf16_lt") {
@@ -583,10 +587,10 @@ void grouped_linear(Ctx& c, const Tensor& x, const Weight& w, int groups, Tensor
         DIL_CHECK(is_bf16<TX>, "grouped_linear dequant_bf16_lt: bf16 activations");
         lt = true;
         feed = Feed::Direct;
-      } else if (impl == "gemv") {  // fast, few rows: one GEMV per group over its weight rows
+      } else if (impl == "gemv") {  // fast, few rows: every group's GEMV in one launch
         DIL_CHECK(is_bf16<TX>, "grouped_linear gemv: bf16 activations");
         if constexpr (is_bf16<TX>) {
-          for (int g = 0; g < groups; ++g) gemv_fast(c, xp + g * K, ldx, T, group_rows(w, g * N, N), op + g * N, ldo);
+          gemv_fast(c, xp, ldx, T, group_rows(w, 0, N), op, ldo, GvGroups{groups, K, N});
           return;
         }
       } else {

@@ -5,18 +5,75 @@
 namespace dil::cuda {
 namespace {
 
+// gv_stage with the act_quant FP8 QDQ of x in blocks of A (fp8_qdq's arithmetic: the block's
+// amax, s = d_act_scale(amax), d_act_round(v, s) * s, exact in bf16), in one pass: warp w
+// takes blocks w, w + kGvWarps, ... (4 of them in flight), each lane A / 32 consecutive values
+// of a block (one 8-value group), the amax by a warp max (exact in any order). Rows [T, R) zero.
+template <int FMT, int A>
+__device__ __forceinline__ void gv_stage_qdq(uint16_t* xs, const uint16_t* x, int64_t ldx, int T, int R, int64_t K,
+                                             bool vec) {
+  constexpr int PL = A / 32, U = 4, V = gv_values<FMT>();
+  static_assert(A % 32 == 0 && PL <= 8, "one 8-value group per lane and block");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t nblk = K / A, total = int64_t(T) * nblk, C = K / V;
+  for (int64_t rb0 = warp; rb0 < total; rb0 += int64_t(kGvWarps) * U) {
+    uint16_t v[U][PL];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t rb = rb0 + int64_t(u) * kGvWarps;
+      const uint16_t* src = x + (rb / nblk) * ldx + (rb % nblk) * A + lane * PL;
+      if (rb >= total) {
+#pragma unroll
+        for (int p = 0; p < PL; ++p) v[u][p] = 0;
+      } else if (PL == 4 && vec) {  // 8-byte aligned: rows 16-byte aligned, blocks of 128
+        const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+        v[u][0] = uint16_t(w.x), v[u][1 % PL] = uint16_t(w.x >> 16);
+        v[u][2 % PL] = uint16_t(w.y), v[u][3 % PL] = uint16_t(w.y >> 16);
+      } else {
+#pragma unroll
+        for (int p = 0; p < PL; ++p) v[u][p] = src[p];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t rb = rb0 + int64_t(u) * kGvWarps;
+      if (rb >= total) break;  // warp-uniform
+      float amax = 0.f;
+#pragma unroll
+      for (int p = 0; p < PL; ++p) amax = fmaxf(amax, fabsf(__uint_as_float(uint32_t(v[u][p]) << 16)));
+      const float sc = d_act_scale(warp_max(amax));
+      const int64_t r = rb / nblk, k0 = (rb % nblk) * A + lane * PL;  // first value of the lane
+      uint16_t* dst = xs + r * K + gv_xpos(k0 / V, int(k0 % V) / 8, C) + k0 % 8;
+#pragma unroll
+      for (int p = 0; p < PL; ++p)
+        dst[p] = uint16_t(__float_as_uint(d_round_bf16(d_act_round(__uint_as_float(uint32_t(v[u][p]) << 16), sc) * sc)) >> 16);
+    }
+  }
+  for (int64_t i = threadIdx.x; i < int64_t(R - T) * K; i += blockDim.x) xs[int64_t(T) * K + i] = 0;
+}
+
 // x [T, K] bf16 (row stride ldx) -> out [T, N] (row stride ldo). One CTA: kGvWarps / ks row
-// groups of kGvRowsPerWarp weight rows, ks warps (K slices) per group.
+// groups of kGvRowsPerWarp weight rows, ks warps (K slices) per group. blockIdx.y is the
+// weight group g (grouped_linear): x + g * x_gs, weight rows g * N.., out + g * o_gs.
 template <int FMT, int R, class TO>
 __global__ void __launch_bounds__(kGvThreads) gemv_fast_kernel(const uint16_t* x, int64_t ldx, int T, WView w, int ks,
-                                                               bool vec, TO* out, int64_t ldo) {
+                                                               bool vec, TO* out, int64_t ldo, int64_t x_gs,
+                                                               int64_t o_gs, int act) {
   extern __shared__ __align__(16) uint16_t gv_smem[];
   const int64_t K = w.k, N = w.n;
   uint16_t* xs = gv_smem;                                                   // [R, K] bf16, gv_xpos order
   float* red = reinterpret_cast<float*>(gv_smem + int64_t(R) * K);          // [kGvWarps][kGvRowsPerWarp][R]
-  gv_stage<FMT>(xs, x, ldx, [](int r) { return r; }, T, R, K, vec);
-  __syncthreads();
+  const int64_t g0 = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  x += g0 * x_gs;
+  out += g0 * o_gs;
+  bool staged = false;
+  if constexpr (FMT == 2) {  // activations are quantized in front of FP8 weights (V4: blocks of 128, V4.1: 32)
+    if (act == 128) gv_stage_qdq<FMT, 128>(xs, x, ldx, T, R, K, vec), staged = true;
+    else if (act == 32) gv_stage_qdq<FMT, 32>(xs, x, ldx, T, R, K, vec), staged = true;
+  }
+  if (!staged) gv_stage<FMT>(xs, x, ldx, [](int r) { return r; }, T, R, K, vec);
+  __syncthreads();
   const int grp = warp / ks, slice = warp % ks;
   const int64_t rows_per_cta = int64_t(kGvWarps / ks) * kGvRowsPerWarp;
   const int64_t nb = int64_t(blockIdx.x) * rows_per_cta;
@@ -24,7 +81,7 @@ __global__ void __launch_bounds__(kGvThreads) gemv_fast_kernel(const uint16_t* x
 #pragma unroll
   for (int i = 0; i < kGvRowsPerWarp; ++i) {
     const int64_t n = nb + grp * kGvRowsPerWarp + i;
-    rows[i] = n < N ? gv_row(w, n) : GvRow{};
+    rows[i] = n < N ? gv_row(w, g0 * N + n) : GvRow{};
   }
   const int64_t C = K / gv_values<FMT>();
   const int64_t c0 = slice * C / ks, c1 = (slice + 1) * C / ks;
@@ -55,26 +112,29 @@ __global__ void __launch_bounds__(kGvThreads) gemv_fast_kernel(const uint16_t* x
 }
 
 template <int FMT, int R, class TO>
-void launch(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, TO* out, int64_t ldo) {
+void launch(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, TO* out, int64_t ldo, const GvGroups& gr,
+            int act) {
   const int64_t C = w.k / gv_values<FMT>();
-  const int ks = gv_ksplit(w.n, C);
+  const int ks = gv_ksplit(w.n * gr.n, C);
   const int64_t rows_per_cta = int64_t(kGvWarps / ks) * kGvRowsPerWarp;
   const size_t smem = size_t(R) * size_t(w.k) * 2 + size_t(kGvWarps) * kGvRowsPerWarp * R * 4;
   auto* kern = gemv_fast_kernel<FMT, R, TO>;
   if (smem > 48 * 1024)
     DIL_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && ldx % 8 == 0;
-  kern<<<unsigned(ceil_div(w.n, rows_per_cta)), kGvThreads, smem, c.stream>>>(
-      reinterpret_cast<const uint16_t*>(x), ldx, int(T), w, ks, vec, out, ldo);
+  const dim3 grid(unsigned(ceil_div(w.n, rows_per_cta)), unsigned(gr.n));
+  kern<<<grid, kGvThreads, smem, c.stream>>>(reinterpret_cast<const uint16_t*>(x), ldx, int(T), w, ks, vec, out, ldo,
+                                             gr.x_stride, gr.out_stride, act);
   DIL_LAUNCH_CHECK("gemv_fast_kernel");
 }
 
 template <int FMT, class TO>
-void launch_rows(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, TO* out, int64_t ldo) {
-  if (T <= 1) launch<FMT, 1>(c, x, ldx, T, w, out, ldo);
-  else if (T <= 2) launch<FMT, 2>(c, x, ldx, T, w, out, ldo);
-  else if (T <= 4) launch<FMT, 4>(c, x, ldx, T, w, out, ldo);
-  else launch<FMT, 8>(c, x, ldx, T, w, out, ldo);
+void launch_rows(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, TO* out, int64_t ldo,
+                 const GvGroups& gr, int act) {
+  if (T <= 1) launch<FMT, 1>(c, x, ldx, T, w, out, ldo, gr, act);
+  else if (T <= 2) launch<FMT, 2>(c, x, ldx, T, w, out, ldo, gr, act);
+  else if (T <= 4) launch<FMT, 4>(c, x, ldx, T, w, out, ldo, gr, act);
+  else launch<FMT, 8>(c, x, ldx, T, w, out, ldo, gr, act);
 }
 
 }  // namespace
@@ -90,21 +150,27 @@ int gv_ksplit(int64_t n_rows, int64_t chunks) {
 }
 
 template <class TO>
-void gemv_fast(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, TO* out, int64_t ldo) {
+void gemv_fast(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, TO* out, int64_t ldo,
+               const GvGroups& gr, int act) {
   DIL_CHECK(T >= 1 && T <= kGvMaxRows, "gemv_fast: ", T, " rows (at most ", kGvMaxRows, ")");
+  DIL_CHECK(gr.n >= 1, "gemv_fast: ", gr.n, " groups");
+  DIL_CHECK(act == 0 || ((act == 32 || act == 128) && w.kind == 2 && w.k % act == 0 && gr.n == 1),
+            "gemv_fast: activation block ", act, " for K ", w.k, " (32 or 128 dividing K, FP8 weights, ungrouped)");
   DIL_CHECK(w.k % 32 == 0 && w.k <= kGvMaxK, "gemv_fast: K ", w.k, " (a multiple of 32, at most ", kGvMaxK, ")");
   DIL_CHECK((reinterpret_cast<uintptr_t>(w.w) & 15) == 0, "gemv_fast: weight rows not 16-byte aligned");
   switch (w.kind) {
-    case 1: launch_rows<1>(c, x, ldx, T, w, out, ldo); break;
+    case 1: launch_rows<1>(c, x, ldx, T, w, out, ldo, gr, act); break;
     case 2:
       DIL_CHECK(w.bk % 16 == 0, "gemv_fast: FP8 block ", w.bk, " not a multiple of 16");
-      launch_rows<2>(c, x, ldx, T, w, out, ldo);
+      launch_rows<2>(c, x, ldx, T, w, out, ldo, gr, act);
       break;
-    case 3: launch_rows<3>(c, x, ldx, T, w, out, ldo); break;
+    case 3: launch_rows<3>(c, x, ldx, T, w, out, ldo, gr, act); break;
     default: DIL_FAIL("gemv_fast: weight kind ", w.kind, " (BF16, FP8 or FP4 only)");
   }
 }
-template void gemv_fast<float>(Ctx&, const bf16_t*, int64_t, int64_t, const WView&, float*, int64_t);
-template void gemv_fast<bf16_t>(Ctx&, const bf16_t*, int64_t, int64_t, const WView&, bf16_t*, int64_t);
+template void gemv_fast<float>(Ctx&, const bf16_t*, int64_t, int64_t, const WView&, float*, int64_t, const GvGroups&,
+                               int);
+template void gemv_fast<bf16_t>(Ctx&, const bf16_t*, int64_t, int64_t, const WView&, bf16_t*, int64_t,
+                                const GvGroups&, int);
 
 }  // namespace dil::cuda

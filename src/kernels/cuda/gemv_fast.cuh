@@ -93,11 +93,17 @@ __device__ __forceinline__ void gv_decode8(const uint4& q, int g, float wv[8]) {
 // chunk c, for a row of C chunks: groups of the same index are contiguous across chunks.
 __device__ __forceinline__ int64_t gv_xpos(int64_t c, int g, int64_t C) { return (int64_t(g) * C + c) * 8; }
 
+// The identity on 8 staged values (gv_stage's default transform).
+struct GvAsIs {
+  __device__ __forceinline__ uint4 operator()(int, int64_t, const uint4& v) const { return v; }
+};
+
 // Stages rows [0, R) of the CTA's activations into xs (bf16, permuted as gv_xpos; rows >= nrows
 // zero). Row r is read at x + row_of(r) * ldx. vec: 16-byte aligned rows (else element copies).
-template <int FMT, class RowOf>
+// xf(r, q, v) maps values [8q, 8q + 8) of row r (8 bf16) to what is staged.
+template <int FMT, class RowOf, class Xf = GvAsIs>
 __device__ __forceinline__ void gv_stage(uint16_t* xs, const uint16_t* x, int64_t ldx, RowOf row_of, int nrows,
-                                         int R, int64_t K, bool vec) {
+                                         int R, int64_t K, bool vec, Xf xf = {}) {
   constexpr int V = gv_values<FMT>();
   const int64_t C = K / V, groups = K / 8;
   for (int64_t i = threadIdx.x; i < int64_t(R) * groups; i += blockDim.x) {
@@ -112,12 +118,12 @@ __device__ __forceinline__ void gv_stage(uint16_t* xs, const uint16_t* x, int64_
     }
     const uint16_t* src = x + int64_t(row_of(r)) * ldx + 8 * q;
     if (vec) {
-      *reinterpret_cast<uint4*>(dst) = __ldg(reinterpret_cast<const uint4*>(src));
+      *reinterpret_cast<uint4*>(dst) = xf(r, q, __ldg(reinterpret_cast<const uint4*>(src)));
     } else {
       uint32_t v[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = uint32_t(src[2 * j]) | (uint32_t(src[2 * j + 1]) << 16);
-      *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<uint4*>(dst) = xf(r, q, make_uint4(v[0], v[1], v[2], v[3]));
     }
   }
 }
@@ -221,10 +227,20 @@ __device__ __forceinline__ int gv_cpb(const WView& w) { return w.kind == 2 ? w.b
 // fewer than 32 chunks (one per lane).
 int gv_ksplit(int64_t n_rows, int64_t chunks);
 
-// linear in fast numerics, T <= kGvMaxRows rows: x [T, K] bf16 (FP8-QDQ'd by the caller where
-// the op quantizes), row stride ldx; out [T, N] (ldo) f32 or bf16, rounded once.
+// Weight groups of one launch (grouped_linear): group g reads x + g * x_stride, weight rows
+// [g * w.n, (g + 1) * w.n) of the view's weight, writes out + g * out_stride.
+struct GvGroups {
+  int n = 1;
+  int64_t x_stride = 0, out_stride = 0;  // elements
+};
+
+// linear in fast numerics, T <= kGvMaxRows rows: x [T, K] bf16, row stride ldx; out [T, N]
+// (ldo) f32 or bf16, rounded once. act 32 or 128 (FP8 weights, dividing K): the kernel stages x FP8-QDQ'd
+// in blocks of act (the official act_quant, as fp8_qdq computes it: exact in bf16); 0: as
+// given. With groups: every group's [T, N] in the one launch (w.n = N rows per group).
 template <class TO>
-void gemv_fast(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, TO* out, int64_t ldo);
+void gemv_fast(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, TO* out, int64_t ldo,
+               const GvGroups& groups = {}, int act = 0);
 
 // Routed experts at decode sizes (moe.cu, impl "gemv"): over the tile map of kGvMoeRows-row
 // tiles, (1) h = SwiGLU(w1 x, w3 x) * route_w for every sorted row (w1 and w3 rows of the same

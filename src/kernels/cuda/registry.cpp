@@ -247,7 +247,7 @@ std::vector<KernelImpl> build() {
   const std::string lin = "tests/cuda/test_linear.cpp";
   std::vector<KernelImpl> r = {
       {"linear", "gemv", "decode-sized GEMV: warps along weight rows, lanes along K with 16-byte loads (2 x 4 in "
-       "flight), bf16 activations (QDQ'd first where quantized) staged in shared memory, FP8 / FP4 decoded by "
+       "flight), bf16 activations staged in shared memory (FP8-QDQ'd while staged where quantized), FP8 / FP4 decoded by "
        "cvt.e4m3x2, f32 accumulation per 16-byte chunk, block scale, warp-shuffle and K-slice reduction", gemv, 0,
        gemv_bound, "tests/cuda/test_gemv.cpp", kGvMaxRows},
       {"linear", "gemv", "the same GEMV for one row where cuBLASLt runs the site from 2 rows on", gemv_one, 0,
@@ -271,8 +271,8 @@ std::vector<KernelImpl> build() {
       {"linear", "simt", "SIMT tiles (decode sizes: a few-rows kernel), weights decoded in shared memory, f32 or bf16 "
        "activations widened, double accumulation over k ascending", simt_gemm, 0,
        exact_tolerance("a bf16 output: the reference's rounding"), lin},
-      {"grouped_linear", "gemv", "wo_a at decode sizes: linear's gemv per group (the group's weight rows, the bf16 "
-       "inputs read in place with row stride G*K)", gl_gemv, 0,
+      {"grouped_linear", "gemv", "wo_a at decode sizes: linear's gemv, every group in one launch (the group's "
+       "weight rows, the bf16 inputs read in place with row stride G*K)", gl_gemv, 0,
        gemv_bound, "tests/cuda/test_gemv.cpp", kGvMaxRows},
       {"grouped_linear", "dequant_bf16_lt_split", "wo_a per group: weight dequantized to BF16, f32 inputs split hi + lo, "
        "two cuBLASLt BF16 GEMMs", gl_dequant_split, 64, tolerance(2e-5, 1e-4), lin},
@@ -377,17 +377,18 @@ std::vector<KernelImpl> build() {
       {"embed", "row copies of the decoded table", exact},
       {"add", "elementwise f32 add of f32 or bf16 inputs, rounded to the output dtype", exact},
       {"rms_norm", "block per row, sum of squares in double", elementwise},
-      {"rope", "cos/sin in double rounded to f32, outputs in double rounded once", elementwise},
+      {"rope", "block per row, its cos/sin once in double rounded to f32 (shared by the heads), outputs in double "
+       "rounded once", elementwise},
       {"fp8_qdq", "warp per block, ue8m0 scale, RNE e4m3 with saturation", exact},
       {"fp4_qdq", "warp per block, ties-to-even e2m1", exact},
       {"hadamard", "FWHT in shared memory in double", tolerance(1e-7, 2e-7, true)},
       {"hc_collapse", "thread per (token, channel), double accumulation", elementwise},
       {"hc_expand", "row copies", exact},
-      {"ring_write", "row copies into the window ring", exact},
-      {"paged_write", "row copies into paged blocks", exact},
-      {"compressor", "block per emitted row, softmax pooling in double; state rewrite",
+      {"ring_write", "row copies into the window ring (packed rows: a warp per scale block quantizes)", exact},
+      {"paged_write", "row copies into paged blocks (packed rows: a warp per scale block quantizes)", exact},
+      {"compressor", "block per emitted row, softmax pooling in double; the state rows the step changes rewritten",
        tolerance(1e-7, 3e-7, true, "the pooled rows; the state exact")},
-      {"moe_route", "warp per token, k rounds of warp arg-max, sqrt-softplus in double",
+      {"moe_route", "warp per token, sqrt-softplus in double once per expert into registers, k rounds of warp arg-max",
        tolerance(1e-7, 3e-7, false, "the routing weights; the indices exact")},
       {"swiglu", "silu in double, clamps in f32", elementwise},
       {"engram_mix", "gate per (token, stream) in double; update in double", tolerance(1.2e-7, 1.2e-7, true)},
