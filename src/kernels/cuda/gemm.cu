@@ -466,12 +466,11 @@ void linear_typed(Ctx& c, const TX* x, int64_t M, const Weight& w, int act_block
   } else if (impl == "gemv") {
     DIL_CHECK(is_bf16<TX>, "linear gemv: bf16 activations");
     if constexpr (is_bf16<TX>) {
-      // The act_quant QDQ is applied by the GEMV as it stages x (no separate pass) where the
-      // weights are FP8 and the blocks (32 or 128) tile K; else here first (QDQ'd values are exact in bf16).
+      // The act_quant QDQ is applied by the GEMV as it stages x (no separate pass) where it can
+      // (gv_stages_qdq); else here first (QDQ'd values are exact in bf16).
       const bf16_t* xg = x;
       Buffer xq;
-      const bool fused = quant && w.kind == Weight::Kind::FP8 && (act_block == 32 || act_block == 128) &&
-                         w.in % act_block == 0;
+      const bool fused = quant && gv_stages_qdq(int(w.kind), w.in, act_block);
       if (quant && !fused) {
         xq = c.scratch(size_t(M * w.in) * 2);  // [M, K] bf16
         fp8_qdq(c, x, w.in, static_cast<bf16_t*>(xq.data()), w.in, M, int(w.in), act_block);

@@ -154,8 +154,8 @@ void gemv_fast(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, 
                const GvGroups& gr, int act) {
   DIL_CHECK(T >= 1 && T <= kGvMaxRows, "gemv_fast: ", T, " rows (at most ", kGvMaxRows, ")");
   DIL_CHECK(gr.n >= 1, "gemv_fast: ", gr.n, " groups");
-  DIL_CHECK(act == 0 || ((act == 32 || act == 128) && w.kind == 2 && w.k % act == 0 && gr.n == 1),
-            "gemv_fast: activation block ", act, " for K ", w.k, " (32 or 128 dividing K, FP8 weights, ungrouped)");
+  DIL_CHECK(act == 0 || (gv_stages_qdq(w.kind, w.k, act) && gr.n == 1), "gemv_fast: activation block ", act,
+            " for K ", w.k, " (32 or 128 dividing K, FP8 weights, ungrouped)");
   DIL_CHECK(w.k % 32 == 0 && w.k <= kGvMaxK, "gemv_fast: K ", w.k, " (a multiple of 32, at most ", kGvMaxK, ")");
   DIL_CHECK((reinterpret_cast<uintptr_t>(w.w) & 15) == 0, "gemv_fast: weight rows not 16-byte aligned");
   switch (w.kind) {

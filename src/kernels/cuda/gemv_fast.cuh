@@ -93,17 +93,11 @@ __device__ __forceinline__ void gv_decode8(const uint4& q, int g, float wv[8]) {
 // chunk c, for a row of C chunks: groups of the same index are contiguous across chunks.
 __device__ __forceinline__ int64_t gv_xpos(int64_t c, int g, int64_t C) { return (int64_t(g) * C + c) * 8; }
 
-// The identity on 8 staged values (gv_stage's default transform).
-struct GvAsIs {
-  __device__ __forceinline__ uint4 operator()(int, int64_t, const uint4& v) const { return v; }
-};
-
 // Stages rows [0, R) of the CTA's activations into xs (bf16, permuted as gv_xpos; rows >= nrows
 // zero). Row r is read at x + row_of(r) * ldx. vec: 16-byte aligned rows (else element copies).
-// xf(r, q, v) maps values [8q, 8q + 8) of row r (8 bf16) to what is staged.
-template <int FMT, class RowOf, class Xf = GvAsIs>
+template <int FMT, class RowOf>
 __device__ __forceinline__ void gv_stage(uint16_t* xs, const uint16_t* x, int64_t ldx, RowOf row_of, int nrows,
-                                         int R, int64_t K, bool vec, Xf xf = {}) {
+                                         int R, int64_t K, bool vec) {
   constexpr int V = gv_values<FMT>();
   const int64_t C = K / V, groups = K / 8;
   for (int64_t i = threadIdx.x; i < int64_t(R) * groups; i += blockDim.x) {
@@ -118,12 +112,12 @@ __device__ __forceinline__ void gv_stage(uint16_t* xs, const uint16_t* x, int64_
     }
     const uint16_t* src = x + int64_t(row_of(r)) * ldx + 8 * q;
     if (vec) {
-      *reinterpret_cast<uint4*>(dst) = xf(r, q, __ldg(reinterpret_cast<const uint4*>(src)));
+      *reinterpret_cast<uint4*>(dst) = __ldg(reinterpret_cast<const uint4*>(src));
     } else {
       uint32_t v[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = uint32_t(src[2 * j]) | (uint32_t(src[2 * j + 1]) << 16);
-      *reinterpret_cast<uint4*>(dst) = xf(r, q, make_uint4(v[0], v[1], v[2], v[3]));
+      *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
     }
   }
 }
@@ -234,10 +228,16 @@ struct GvGroups {
   int64_t x_stride = 0, out_stride = 0;  // elements
 };
 
+// Whether gemv_fast can apply the act_quant QDQ of blocks of `act` itself, while staging x: FP8
+// weights (kind 2), act 32 or 128 dividing K.
+inline bool gv_stages_qdq(int kind, int64_t k, int act) {
+  return kind == 2 && (act == 32 || act == 128) && k % act == 0;
+}
+
 // linear in fast numerics, T <= kGvMaxRows rows: x [T, K] bf16, row stride ldx; out [T, N]
-// (ldo) f32 or bf16, rounded once. act 32 or 128 (FP8 weights, dividing K): the kernel stages x FP8-QDQ'd
-// in blocks of act (the official act_quant, as fp8_qdq computes it: exact in bf16); 0: as
-// given. With groups: every group's [T, N] in the one launch (w.n = N rows per group).
+// (ldo) f32 or bf16, rounded once. act > 0 (gv_stages_qdq, one group): the kernel stages x
+// FP8-QDQ'd in blocks of act (the official act_quant, as fp8_qdq computes it: exact in bf16);
+// 0: as given. With groups: every group's [T, N] in the one launch (w.n = N rows per group).
 template <class TO>
 void gemv_fast(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, TO* out, int64_t ldo,
                const GvGroups& groups = {}, int act = 0);
