@@ -94,7 +94,7 @@ struct Run {
   double step_ms = 0;    // forward + device sampling + the sampled ids back on the host
   double host_ms = 0;    // host time inside forward_device (planning, uploads, launches)
   double sample_ms = 0;  // host wall time of the sampling call (packing, upload, kernel, download)
-  double device_ms = 0;  // the forward on the device with every launch queued ahead (Backend::hold)
+  double device_ms = 0;  // the forward on the device with every launch queued ahead (device_forward_ms)
   std::map<std::string, double> module_ms;
   std::map<std::string, double> layer_kind_ms;
 };
@@ -132,17 +132,6 @@ Run time_steps(Model& model, Backend& be, const StepBatch& batch, int warmup, in
   r.step_ms = ms(clock::now() - t0) / iters;
   r.host_ms /= iters;
   r.sample_ms /= iters;
-  // The forward's device time without launch gaps: the stream is held while the host queues
-  // the whole forward (hold: 4x the host time, at least 20 ms), then timed by events. Against
-  // step_ms - sample_ms it says how much of the step the host's launches cost.
-  {
-    be.hold(std::max(20.0, 4 * r.host_ms));
-    const int a = be.record_event();
-    (void)model.forward_device(batch);
-    const int b = be.record_event();
-    r.device_ms = be.elapsed_ms(a, b);
-    be.clear_events();
-  }
   // The profiled step leaves its logits on the device too, as the timed steps do (a host
   // download inside the head's scope would inflate embed+head and, through the scale of the
   // extrapolation, shrink every other part); they are checked after the profiler is detached.
@@ -160,6 +149,19 @@ Run time_steps(Model& model, Backend& be, const StepBatch& batch, int warmup, in
   for (float v : logits)
     if (!std::isfinite(v)) DIL_FAIL("benchmark step produced non-finite logits");
   return r;
+}
+
+// The forward's device time without launch gaps: the stream is held while the host queues the
+// whole forward (hold: 4x the host time, at least 20 ms), then timed by events. Against
+// step_ms - sample_ms it says how much of the step the host's launches cost.
+double device_forward_ms(Model& model, Backend& be, const StepBatch& batch, double host_ms) {
+  be.hold(std::max(20.0, 4 * host_ms));
+  const int a = be.record_event();
+  (void)model.forward_device(batch);
+  const int b = be.record_event();
+  const double ms = be.elapsed_ms(a, b);
+  be.clear_events();
+  return ms;
 }
 
 // Speculative decoding's verify step for d = 1..K drafts (see the file comment): each d's step
@@ -325,6 +327,7 @@ int bench_model(const BenchModelOptions& o, bool decode, int64_t n_seqs, int64_t
   const StepBatch batch = make_batch(new_tokens, false);
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   Run r = time_steps(*model, *be, batch, warmup, iters);
+  r.device_ms = device_forward_ms(*model, *be, batch, r.host_ms);
   // Rows per layer and sequence (decoder replay): what the cost model and the extrapolation
   // count, checked against what the model ran.
   const bool replay = opt.decoder_replay && cfg.arch == Arch::V41;
