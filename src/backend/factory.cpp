@@ -15,6 +15,7 @@ namespace dil {
 std::unique_ptr<Backend> make_backend(BackendKind kind, int device_index, const BackendOptions& opts) {
   BackendOptions o = opts;
   if (const char* p = std::getenv("DIL_POISON_SCRATCH"); p && std::string(p) == "1") o.poison_scratch = true;
+  if (const char* p = std::getenv("DIL_PDL"); p && std::string(p) == "0") o.pdl = false;
   switch (kind) {
     case BackendKind::CPU:
       return make_cpu_backend(o);

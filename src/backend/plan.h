@@ -40,6 +40,10 @@ struct BackendOptions {
   // alloc_scratch fills with 0xff bytes (tests: finds reads of unwritten output elements). Set
   // by make_backend from the environment variable DIL_POISON_SCRATCH=1 as well.
   bool poison_scratch = false;
+  // CUDA: kernels written for it launch with programmatic dependent launch (each may start
+  // while the previous kernel of the stream finishes; docs/architecture.md "Kernel launches").
+  // make_backend clears it when the environment says DIL_PDL=0 (same-run A/B comparisons).
+  bool pdl = true;
 };
 // "op=impl[,op=impl...]" -> BackendOptions::force entries; throws dil::Error on bad syntax.
 void parse_kernel_overrides(const std::string& spec, BackendOptions* o);

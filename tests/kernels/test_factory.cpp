@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "backend/backend.h"
@@ -54,6 +55,21 @@ TEST(Memory, ScratchPoisonOnlyWhenAsked) {
     }
     EXPECT_TRUE(std::isnan(p.as(DType::F32, {int64_t(bytes / 4)}).ptr<float>()[0]));
   }
+}
+
+// Programmatic dependent launch (CUDA) is on unless the options or DIL_PDL=0 say otherwise.
+TEST(Memory, PdlSwitchFromTheEnvironment) {
+  EXPECT_TRUE(make_backend(BackendKind::CPU)->options().pdl);
+  BackendOptions o;
+  o.pdl = false;
+  EXPECT_FALSE(make_backend(BackendKind::CPU, 0, o)->options().pdl);
+  ::setenv("DIL_PDL", "0", 1);
+  const bool off = !make_backend(BackendKind::CPU)->options().pdl;
+  ::setenv("DIL_PDL", "1", 1);
+  const bool on = make_backend(BackendKind::CPU)->options().pdl;
+  ::unsetenv("DIL_PDL");
+  EXPECT_TRUE(off);
+  EXPECT_TRUE(on);
 }
 
 TEST(Memory, EmbedBf16AndF32Tables) {

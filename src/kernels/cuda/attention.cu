@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(AttnParams<T> P) {
 template <class T>
 __global__ void ring_write_kernel(const T* kv_new, T* ring, const int32_t* tok_seq, const int32_t* tok_pos,
                                   const int32_t* start_pos, const int32_t* len, const int32_t* slot, int W, int d) {
+  pdl_enter();
   int t = blockIdx.x;
   int s = tok_seq[t], p = tok_pos[t];
   if (p < start_pos[s] + len[s] - W) return;  // a later token of this step takes the slot
@@ -116,6 +117,7 @@ __global__ void ring_write_kernel(const T* kv_new, T* ring, const int32_t* tok_s
 template <class T>
 __global__ void paged_write_kernel(const T* rows, T* cache, int rpb, int d, const int32_t* seq,
                                    const int32_t* row, const int32_t* block_table, int max_blocks) {
+  pdl_enter();
   int e = blockIdx.x;
   int r = row[e];
   int b = block_table[seq[e] * max_blocks + r / rpb];
@@ -139,6 +141,7 @@ template <class T>
 __global__ void ring_write_packed_kernel(const T* kv_new, uint8_t* ring, KvRow fmt, int64_t rb, const int32_t* tok_seq,
                                          const int32_t* tok_pos, const int32_t* start_pos, const int32_t* len,
                                          const int32_t* slot, int W) {
+  pdl_enter();
   const int t = blockIdx.x;
   const int s = tok_seq[t], p = tok_pos[t];
   if (p < start_pos[s] + len[s] - W) return;  // the whole block returns: no barrier is left waiting
@@ -148,6 +151,7 @@ template <class T>
 __global__ void paged_write_packed_kernel(const T* rows, uint8_t* cache, KvRow fmt, int64_t rb, int rpb,
                                           const int32_t* seq, const int32_t* row, const int32_t* block_table,
                                           int max_blocks) {
+  pdl_enter();
   const int e = blockIdx.x, r = row[e];
   const int b = block_table[seq[e] * max_blocks + r / rpb];
   if (b < 0) return;
@@ -268,13 +272,13 @@ void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m, co
   with_act(kv_new, "ring_write kv_new", [&](auto tr) {
     using T = decltype(tr);
     if (pack.packed()) {
-      ring_write_packed_kernel<T><<<unsigned(n_tok), 128, 0, c.stream>>>(
+      launch_pdl(c, "ring_write_packed_kernel", ring_write_packed_kernel<T>, dim3(unsigned(n_tok)), dim3(128), 0,
           kv_new.ptr<const T>(), ring.ptr<uint8_t>(), KvRow{pack.format, pack.d, pack.rope}, ring.size(2),
           m.tok_seq.ptr<int32_t>(), m.tok_pos.ptr<int32_t>(), m.start_pos.ptr<int32_t>(), m.len.ptr<int32_t>(),
           m.slot.ptr<int32_t>(), int(ring.size(1)));
       return;
     }
-    ring_write_kernel<T><<<unsigned(n_tok), 128, 0, c.stream>>>(kv_new.ptr<const T>(), ring.ptr<T>(),
+    launch_pdl(c, "ring_write_kernel", ring_write_kernel<T>, dim3(unsigned(n_tok)), dim3(128), 0, kv_new.ptr<const T>(), ring.ptr<T>(),
                                                             m.tok_seq.ptr<int32_t>(), m.tok_pos.ptr<int32_t>(),
                                                             m.start_pos.ptr<int32_t>(), m.len.ptr<int32_t>(),
                                                             m.slot.ptr<int32_t>(), int(ring.size(1)), d);
@@ -299,12 +303,12 @@ void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, c
   with_act(rows, "paged_write rows", [&](auto tc) {
     using T = decltype(tc);
     if (pack.packed()) {
-      paged_write_packed_kernel<T><<<unsigned(plan.n), 128, 0, c.stream>>>(
+      launch_pdl(c, "paged_write_packed_kernel", paged_write_packed_kernel<T>, dim3(unsigned(plan.n)), dim3(128), 0,
           rows.ptr<const T>(), cache.ptr<uint8_t>(), KvRow{pack.format, pack.d, pack.rope}, cache.size(2),
           rows_per_block, plan.seq.ptr<int32_t>(), plan.row.ptr<int32_t>(), m.block_table.ptr<int32_t>(), m.max_blocks);
       return;
     }
-    paged_write_kernel<T><<<unsigned(plan.n), 128, 0, c.stream>>>(rows.ptr<const T>(), cache.ptr<T>(), rows_per_block,
+    launch_pdl(c, "paged_write_kernel", paged_write_kernel<T>, dim3(unsigned(plan.n)), dim3(128), 0, rows.ptr<const T>(), cache.ptr<T>(), rows_per_block,
                                                                   d, plan.seq.ptr<int32_t>(), plan.row.ptr<int32_t>(),
                                                                   m.block_table.ptr<int32_t>(), m.max_blocks);
   });

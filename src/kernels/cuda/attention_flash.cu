@@ -173,6 +173,7 @@ __device__ __forceinline__ void convert_packed_row(const AttnParams<bf16_t>& P, 
 }
 
 __global__ void __launch_bounds__(kThreads, 1) attn_flash_kernel(AttnParams<bf16_t> P, FlashOut F) {
+  pdl_enter();
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* qs = reinterpret_cast<uint16_t*>(smem);                         // [64][kStride] bf16
   uint16_t* tiles = reinterpret_cast<uint16_t*>(smem + kQBytes);            // [2][64][kStride] bf16
@@ -375,6 +376,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_flash_kernel(AttnParams<bf16
 // mf = max(max_z m_z, sink_h log2 e). Block per (token, head), 128 threads x 4 dims.
 __global__ void __launch_bounds__(128) attn_flash_combine(const float* o_part, const float* ml_part,
                                                           const float* sink, bf16_t* out, int T, int H, int n_split) {
+  pdl_enter();
   const int row = blockIdx.x, h = row % H;  // row = t * H + h
   const float sk = sink[h] * kLog2e;
   float mf = sk;
@@ -444,13 +446,11 @@ void sparse_attention_flash(Ctx& c, const AttnParams<bf16_t>& P, const AttnArgs&
     launch_attn_wgmma(c, pool_packed_rows(c, P, m, T_tokens, pools), F, grid);
   } else {
     DIL_CUDA(cudaFuncSetAttribute(attn_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-    attn_flash_kernel<<<grid, kThreads, kSmem, c.stream>>>(P, F);
-    DIL_LAUNCH_CHECK("attn_flash_kernel");
+    launch_pdl(c, "attn_flash_kernel", attn_flash_kernel, dim3(grid), dim3(kThreads), kSmem, P, F);
   }
   if (n_split > 1) {
-    attn_flash_combine<<<unsigned(T_tokens * P.H), 128, 0, c.stream>>>(F.o_part, F.ml_part, P.sink, P.out, T_tokens,
+    launch_pdl(c, "attn_flash_combine", attn_flash_combine, dim3(unsigned(T_tokens * P.H)), dim3(128), 0, F.o_part, F.ml_part, P.sink, P.out, T_tokens,
                                                                        P.H, n_split);
-    DIL_LAUNCH_CHECK("attn_flash_combine");
   }
 }
 

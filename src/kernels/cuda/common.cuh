@@ -36,6 +36,30 @@ namespace dil::cuda {
 
 namespace dil::cuda {
 
+// ---- programmatic dependent launch (launch_pdl in ops.cuh) ----
+// A kernel launched with launch_pdl may start while the stream's previous kernel still runs:
+// before it reads anything an earlier kernel of the stream wrote (or writes anything one may
+// still read), every thread calls pdl_wait(), which returns once the previous kernel has
+// completed and its writes are visible (at once when there is none in flight). What comes
+// before the wait may only touch data no kernel of the stream writes (weights: an L2 prefetch).
+// pdl_trigger() lets the stream's next kernel launch once every CTA of this one has called it
+// (or exited): its CTAs then take free SM slots and wait in their own pdl_wait().
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+// Both, for a kernel with nothing to do before its inputs are ready.
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_trigger();
+}
+
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline unsigned grid_for(int64_t n, int threads) { return unsigned(ceil_div(n, threads)); }
 // CTAs of 256 threads for a grid-stride loop over n elements: at most 16 per SM of an H200's

@@ -43,6 +43,7 @@ __device__ __forceinline__ void comp_fetch(const CompParams& P, int s, int q, in
 
 template <class TO>
 __global__ void comp_emit_kernel(CompParams P) {
+  pdl_enter();
   int e = blockIdx.x;
   int s = P.e_seq[e], w = P.e_row[e];
   const int n_prev = P.overlap ? P.m : 0;
@@ -79,6 +80,7 @@ constexpr int kMaxOverlapRatio = 8;  // the overlapped compressor's ratio (V4: 4
 // Overlapped ratio, when a window completed in the step: rows j < m take that window's
 // positions, read before any write (some come from the current-window rows of the initial state).
 __global__ void comp_state_kernel(CompParams P, int n_seqs) {
+  pdl_enter();
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= int64_t(n_seqs) * P.C) return;
   int s = int(i / P.C), col = int(i % P.C);
@@ -156,13 +158,12 @@ void compressor(Ctx& c, const CompressorArgs& a, const EmitPlan& plan, const Ste
               " rows");
     with_act(a.out, "compressor out", [&](auto to) {
       using TO = decltype(to);
-      comp_emit_kernel<TO><<<unsigned(plan.n), 128, 0, c.stream>>>(P);
+      launch_pdl(c, "comp_emit_kernel", comp_emit_kernel<TO>, dim3(unsigned(plan.n)), dim3(128), 0, P);
     });
     DIL_LAUNCH_CHECK("comp_emit_kernel");
   }
   if (m.n_seqs > 0) {
-    comp_state_kernel<<<grid_for(int64_t(m.n_seqs) * P.C, 128), 128, 0, c.stream>>>(P, m.n_seqs);
-    DIL_LAUNCH_CHECK("comp_state_kernel");
+    launch_pdl(c, "comp_state_kernel", comp_state_kernel, dim3(grid_for(int64_t(m.n_seqs) * P.C, 128)), dim3(128), 0, P, m.n_seqs);
   }
 }
 

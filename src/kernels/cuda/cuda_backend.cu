@@ -48,6 +48,7 @@ class CudaBackend final : public Backend {
     int n = cuda_device_count();
     if (device < 0 || device >= n) DIL_FAIL("CUDA device ", device, " not available (", n, " visible)");
     c_.device = device;
+    c_.pdl = options().pdl;
     DIL_CUDA(cudaSetDevice(device));
     DIL_CUDA(cudaStreamCreateWithFlags(&c_.stream, cudaStreamNonBlocking));
     DIL_CUBLAS(cublasLtCreate(&c_.lt));

@@ -19,12 +19,14 @@ __global__ void fill_kernel(float* p, int64_t n, float v) {
 // o = a + b in f32. o may alias a or b (same dtype): each element is read before it is written.
 template <class TA, class TB, class TO>
 __global__ void add_kernel(const TA* a, const TB* b, TO* o, int64_t n) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     st_act(o + i, ld_act(a[i]) + ld_act(b[i]));
 }
 
 template <class TI, class TO>
 __global__ void convert_kernel(const TI* in, TO* out, int64_t n) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     st_act(out + i, ld_act(in[i]));
 }
@@ -46,6 +48,7 @@ __device__ float decode_elem(const WView& w, int64_t r, int64_t c) {
 // out [T, d]: row t = table row ids[t], decoded to f32, rounded to out's dtype.
 template <class TO>
 __global__ void embed_kernel(WView w, const int32_t* ids, TO* out, int64_t d) {
+  pdl_enter();
   int t = blockIdx.x;
   int64_t r = ids[t];
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) st_act(out + t * d + c, decode_elem(w, r, c));
@@ -56,6 +59,7 @@ __global__ void embed_kernel(WView w, const int32_t* ids, TO* out, int64_t d) {
 // barriers, and written in the second by the thread that reads it.
 template <class TX, class TO>
 __global__ void rms_norm_kernel(const TX* x, const void* w, bool w_bf16, float eps, TO* out, int64_t d) {
+  pdl_enter();
   __shared__ double red[32];
   const TX* xr = x + blockIdx.x * d;
   double ss = 0.0;
@@ -74,13 +78,17 @@ __global__ void rms_norm_kernel(const TX* x, const void* w, bool w_bf16, float e
 
 // x [R, H, d]: interleaved pairs of the last rope_dims of each head vector. phi in f32;
 // cos/sin in double rounded to f32; each output in double rounded once to f32 (as the
-// reference), then to x's dtype. One block per row: the row's rope_dims / 2 angles are
-// evaluated once into shared memory and shared by its H heads (the double sin / cos were the
-// whole cost when every (head, pair) evaluated them: 16 us for one 64-head decode row).
+// reference), then to x's dtype. One block per (row, kRopeHeads heads): the row's rope_dims / 2
+// angles are evaluated once per block into shared memory and shared by its heads (the double
+// sin / cos were the whole cost when every (head, pair) evaluated them: 16 us for one 64-head
+// decode row; one block for all 64 heads then took 11 us, each thread's 16 pairs one after the
+// other, every load waiting for the previous pair's store).
+constexpr int kRopeHeads = 8;
 template <class T>
 __global__ void rope_kernel(T* x, const int32_t* pos, const float* inv_freq, int H, int d, int rd, bool inverse) {
+  pdl_enter();
   __shared__ float cs_s[kMaxRopeHalf], sn_s[kMaxRopeHalf];  // [rd / 2] f32 cos / sin of the row
-  int r = blockIdx.x;
+  int r = blockIdx.x, h0 = blockIdx.y * kRopeHeads, nh = min(kRopeHeads, H - h0);
   float p = float(pos[r]);
   int half = rd / 2;
   for (int k = threadIdx.x; k < half; k += blockDim.x) {
@@ -90,8 +98,8 @@ __global__ void rope_kernel(T* x, const int32_t* pos, const float* inv_freq, int
     sn_s[k] = inverse ? -sn : sn;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < H * half; i += blockDim.x) {
-    int h = i / half, k = i % half;
+  for (int i = threadIdx.x; i < nh * half; i += blockDim.x) {
+    int h = h0 + i / half, k = i % half;
     double cs = cs_s[k], sn = sn_s[k];
     T* v = x + (int64_t(r) * H + h) * d + (d - rd) + 2 * k;
     double a = ld_act(v[0]), b = ld_act(v[1]);
@@ -106,6 +114,7 @@ __global__ void rope_kernel(T* x, const int32_t* pos, const float* inv_freq, int
 template <class TI, class TO>
 __global__ void fp8_qdq_kernel(const TI* in, int64_t ld_in, TO* out, int64_t ld_out, int64_t rows, int cols,
                                int block) {
+  pdl_enter();
   int nb = (cols + block - 1) / block;
   int64_t gw = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
@@ -124,6 +133,7 @@ __global__ void fp8_qdq_kernel(const TI* in, int64_t ld_in, TO* out, int64_t ld_
 // The results (e2m1 times a scale of at most 4 significant bits) are exact in bf16.
 template <class T>
 __global__ void fp4_qdq_kernel(T* x, int64_t rows, int64_t d, int block, bool e4m3_scale) {
+  pdl_enter();
   int nb = int((d + block - 1) / block);
   int64_t gw = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
@@ -149,6 +159,7 @@ __global__ void fp4_qdq_kernel(T* x, int64_t rows, int64_t d, int block, bool e4
 // scaled by d^-0.5 and rounded once to f32, then to x's dtype.
 template <class T>
 __global__ void hadamard_kernel(T* x, int d) {
+  pdl_enter();
   extern __shared__ double sh[];
   T* xr = x + int64_t(blockIdx.x) * d;
   for (int i = threadIdx.x; i < d; i += blockDim.x) sh[i] = ld_act(xr[i]);
@@ -170,6 +181,7 @@ __global__ void hadamard_kernel(T* x, int d) {
 template <class TG, class TU, class TO>
 __global__ void swiglu_kernel(const TG* g, const TU* u, const float* w, float lim, TO* out, int64_t rows,
                               int64_t cols) {
+  pdl_enter();
   int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float gv = fminf(ld_act(g[i]), lim);
@@ -207,8 +219,7 @@ void fill_f32(Ctx& c, float* p, int64_t n, float v) {
 template <class TI, class TO>
 void convert(Ctx& c, const TI* in, TO* out, int64_t n) {
   if (n == 0) return;
-  convert_kernel<TI, TO><<<stride_grid(n), 256, 0, c.stream>>>(in, out, n);
-  DIL_LAUNCH_CHECK("convert_kernel");
+  launch_pdl(c, "convert_kernel", convert_kernel<TI, TO>, dim3(stride_grid(n)), dim3(256), 0, in, out, n);
 }
 template void convert<float, bf16_t>(Ctx&, const float*, bf16_t*, int64_t);
 template void convert<bf16_t, float>(Ctx&, const bf16_t*, float*, int64_t);
@@ -235,7 +246,7 @@ void add(Ctx& c, const Tensor& a, const Tensor& b, Tensor out) {
       using TB = decltype(tb);
       with_act(out, "add out", [&](auto to) {
         using TO = decltype(to);
-        add_kernel<TA, TB, TO><<<stride_grid(n), 256, 0, c.stream>>>(a.ptr<TA>(), b.ptr<TB>(), out.ptr<TO>(), n);
+        launch_pdl(c, "add_kernel", add_kernel<TA, TB, TO>, dim3(stride_grid(n)), dim3(256), 0, a.ptr<TA>(), b.ptr<TB>(), out.ptr<TO>(), n);
       });
     });
   });
@@ -248,7 +259,7 @@ void embed(Ctx& c, const Weight& table, const Tensor& ids, Tensor out) {
   if (T == 0) return;
   with_act(out, "embed out", [&](auto to) {
     using TO = decltype(to);
-    embed_kernel<TO><<<unsigned(T), 256, 0, c.stream>>>(make_wview(table), ids.ptr<int32_t>(), out.ptr<TO>(), d);
+    launch_pdl(c, "embed_kernel", embed_kernel<TO>, dim3(unsigned(T)), dim3(256), 0, make_wview(table), ids.ptr<int32_t>(), out.ptr<TO>(), d);
   });
   DIL_LAUNCH_CHECK("embed_kernel");
 }
@@ -263,7 +274,7 @@ void rms_norm(Ctx& c, const Tensor& x, const Tensor& w, float eps, Tensor out) {
     using TX = decltype(tx);
     with_act(out, "rms_norm out", [&](auto to) {
       using TO = decltype(to);
-      rms_norm_kernel<TX, TO><<<unsigned(R), 256, 0, c.stream>>>(x.ptr<TX>(), w.empty() ? nullptr : w.data,
+      launch_pdl(c, "rms_norm_kernel", rms_norm_kernel<TX, TO>, dim3(unsigned(R)), dim3(256), 0, x.ptr<TX>(), w.empty() ? nullptr : w.data,
                                                                  w.dtype == DType::BF16, eps, out.ptr<TO>(), d);
     });
   });
@@ -280,7 +291,7 @@ void rope(Ctx& c, Tensor x, const Tensor& pos, const RopeTable& t, bool inverse)
   if (R == 0) return;
   with_act(x, "rope x", [&](auto tx) {
     using T = decltype(tx);
-    rope_kernel<T><<<unsigned(R), 128, 0, c.stream>>>(x.ptr<T>(), pos.ptr<int32_t>(), t.inv_freq.ptr<float>(), H, d,
+    launch_pdl(c, "rope_kernel", rope_kernel<T>, dim3(unsigned(R), unsigned(ceil_div(H, kRopeHeads))), dim3(128), 0, x.ptr<T>(), pos.ptr<int32_t>(), t.inv_freq.ptr<float>(), H, d,
                                                       t.rope_dims, inverse);
   });
   DIL_LAUNCH_CHECK("rope_kernel");
@@ -294,8 +305,7 @@ void fp8_qdq(Ctx& c, const TI* in, int64_t ld_in, TO* out, int64_t ld_out, int64
             "fp8_qdq: in place needs one row stride");
   int64_t warps = rows * ceil_div(cols, block);
   if (warps == 0) return;
-  fp8_qdq_kernel<TI, TO><<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(in, ld_in, out, ld_out, rows, cols, block);
-  DIL_LAUNCH_CHECK("fp8_qdq_kernel");
+  launch_pdl(c, "fp8_qdq_kernel", fp8_qdq_kernel<TI, TO>, dim3(grid_for(warps * 32, 256)), dim3(256), 0, in, ld_in, out, ld_out, rows, cols, block);
 }
 template void fp8_qdq<float, float>(Ctx&, const float*, int64_t, float*, int64_t, int64_t, int, int);
 template void fp8_qdq<bf16_t, bf16_t>(Ctx&, const bf16_t*, int64_t, bf16_t*, int64_t, int64_t, int, int);
@@ -318,7 +328,7 @@ void fp4_qdq(Ctx& c, Tensor x, int block, bool e4m3_scale) {
   if (warps == 0) return;
   with_act(x, "fp4_qdq x", [&](auto tx) {
     using T = decltype(tx);
-    fp4_qdq_kernel<T><<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(x.ptr<T>(), R, d, block, e4m3_scale);
+    launch_pdl(c, "fp4_qdq_kernel", fp4_qdq_kernel<T>, dim3(grid_for(warps * 32, 256)), dim3(256), 0, x.ptr<T>(), R, d, block, e4m3_scale);
   });
   DIL_LAUNCH_CHECK("fp4_qdq_kernel");
 }
@@ -329,7 +339,7 @@ void hadamard(Ctx& c, Tensor x) {
   if (R == 0) return;
   with_act(x, "hadamard x", [&](auto tx) {
     using T = decltype(tx);
-    hadamard_kernel<T><<<unsigned(R), 128, size_t(d) * 8, c.stream>>>(x.ptr<T>(), int(d));
+    launch_pdl(c, "hadamard_kernel", hadamard_kernel<T>, dim3(unsigned(R)), dim3(128), size_t(d) * 8, x.ptr<T>(), int(d));
   });
   DIL_LAUNCH_CHECK("hadamard_kernel");
 }
@@ -349,7 +359,7 @@ void swiglu(Ctx& c, const Tensor& g, const Tensor& u, const Tensor& w, float lim
       using TU = decltype(tu);
       with_act(out, "swiglu out", [&](auto to) {
         using TO = decltype(to);
-        swiglu_kernel<TG, TU, TO><<<stride_grid(rows * cols), 256, 0, c.stream>>>(
+        launch_pdl(c, "swiglu_kernel", swiglu_kernel<TG, TU, TO>, dim3(stride_grid(rows * cols)), dim3(256), 0,
             g.ptr<TG>(), u.ptr<TU>(), w.empty() ? nullptr : w.ptr<float>(), limit, out.ptr<TO>(), rows, cols);
       });
     });

@@ -198,6 +198,19 @@ __device__ __forceinline__ void gv_warp(const uint16_t* xs, int64_t K, const GvR
     for (int r = 0; r < R; ++r) acc[i][r] = warp_sum(acc[i][r]);
 }
 
+// L2 prefetch of the first kGvUnroll steps of the warp's chunks [c0, c1) of its rows (what
+// gv_warp loads first), one 16-byte chunk address per lane and row and step.
+__device__ __forceinline__ void gv_prefetch(const GvRow (&rows)[kGvRowsPerWarp], int64_t c0, int64_t c1) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int u = 0; u < kGvUnroll; ++u) {
+    const int64_t c = c0 + lane + 32 * u;
+#pragma unroll
+    for (int i = 0; i < kGvRowsPerWarp; ++i)
+      if (c < c1 && rows[i].w) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(rows[i].w + 16 * c) : "memory");
+  }
+}
+
 // The weight row pointers of weight row n of w (n < w.n).
 __device__ __forceinline__ GvRow gv_row(const WView& w, int64_t n) {
   GvRow g;

@@ -39,6 +39,7 @@ struct IdxParams {
 // bit and the selection matches on near-ties too.
 template <class TQ, class TW, class TK>
 __global__ void idx_score_kernel(IdxParams<TQ, TW, TK> P) {
+  pdl_enter();
   __shared__ float qs[kMaxQ];
   __shared__ float ws[128];
   int t = blockIdx.y;
@@ -75,6 +76,7 @@ __device__ __forceinline__ uint64_t topk_key(float v, int r) {
 // newest visible block +inf. bscores [T, nb_max].
 __global__ void idx_block_score_kernel(const float* scores, int n_max, const int32_t* tok_pos, int ratio, int cb,
                                        int nb_max, float* bscores) {
+  pdl_enter();
   int t = blockIdx.y, b = blockIdx.x * blockDim.x + threadIdx.x;
   int n_vis = (tok_pos[t] + 1) / ratio;
   int nb = (n_vis + cb - 1) / cb;
@@ -89,6 +91,7 @@ __global__ void idx_block_score_kernel(const float* scores, int n_max, const int
 // (cand_in [T, cand_topk], -1 entries skipped). selectable [T, n_max] u8, zeroed beforehand.
 __global__ void idx_restrict_kernel(const int32_t* cand_in, int cand_topk, int cb, const int32_t* tok_pos,
                                     int ratio, int n_max, uint8_t* selectable) {
+  pdl_enter();
   int t = blockIdx.x;
   int n_vis = (tok_pos[t] + 1) / ratio;
   for (int i = threadIdx.x; i < cand_topk; i += blockDim.x) {
@@ -105,6 +108,7 @@ __global__ void __launch_bounds__(kTopkThreads) idx_topk_kernel(const float* sco
                                                                 const uint8_t* selectable, const int32_t* tok_pos,
                                                                 int ratio, int div, int topk, bool ascending,
                                                                 int32_t* out) {
+  pdl_enter();
   __shared__ unsigned hist[256];
   __shared__ uint64_t sel[kMaxTopk];
   __shared__ uint64_t prefix_s, mask_s;
@@ -227,11 +231,9 @@ void indexer_topk_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, FastScor
     bb = c.scratch(size_t(T) * nb_max * 4);
     float* bscores = static_cast<float*>(bb.data());  // [T, nb_max]
     dim3 gb(unsigned(ceil_div(nb_max, 128)), unsigned(T));
-    idx_block_score_kernel<<<gb, 128, 0, c.stream>>>(scores, int(ld), tok_pos, a.ratio, cb, nb_max, bscores);
-    DIL_LAUNCH_CHECK("idx_block_score_kernel");
-    idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(bscores, nb_max, nullptr, tok_pos, a.ratio, cb,
+    launch_pdl(c, "idx_block_score_kernel", idx_block_score_kernel, dim3(gb), dim3(128), 0, scores, int(ld), tok_pos, a.ratio, cb, nb_max, bscores);
+    launch_pdl(c, "idx_topk_kernel (candidates)", idx_topk_kernel, dim3(unsigned(T)), dim3(kTopkThreads), 0, bscores, nb_max, nullptr, tok_pos, a.ratio, cb,
                                                                a.cand_topk, true, a.cand_out.ptr<int32_t>());
-    DIL_LAUNCH_CHECK("idx_topk_kernel (candidates)");
   }
   TopkRows p;
   p.scores = scores;
@@ -310,7 +312,7 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::st
           P.max_blocks = m.max_blocks;
           P.n_max = n_max;
           dim3 g1(unsigned(ceil_div(n_max, kScoreRows)), unsigned(T));
-          idx_score_kernel<TQ, TW, TK><<<g1, kScoreRows, 0, c.stream>>>(P);
+          launch_pdl(c, "idx_score_kernel", idx_score_kernel<TQ, TW, TK>, dim3(g1), dim3(kScoreRows), 0, P);
         });
       });
     });
@@ -324,11 +326,9 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::st
     bb = c.scratch(size_t(T) * nb_max * 4);
     float* bscores = static_cast<float*>(bb.data());  // [T, nb_max]
     dim3 gb(unsigned(ceil_div(nb_max, 128)), unsigned(T));
-    idx_block_score_kernel<<<gb, 128, 0, c.stream>>>(scores, n_max, tok_pos, a.ratio, cb, nb_max, bscores);
-    DIL_LAUNCH_CHECK("idx_block_score_kernel");
-    idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(bscores, nb_max, nullptr, tok_pos, a.ratio, cb,
+    launch_pdl(c, "idx_block_score_kernel", idx_block_score_kernel, dim3(gb), dim3(128), 0, scores, n_max, tok_pos, a.ratio, cb, nb_max, bscores);
+    launch_pdl(c, "idx_topk_kernel (candidates)", idx_topk_kernel, dim3(unsigned(T)), dim3(kTopkThreads), 0, bscores, nb_max, nullptr, tok_pos, a.ratio, cb,
                                                                a.cand_topk, true, a.cand_out.ptr<int32_t>());
-    DIL_LAUNCH_CHECK("idx_topk_kernel (candidates)");
   }
   // Reindex: only the rows of the cand_in blocks are selectable.
   Buffer mb;
@@ -337,13 +337,11 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::st
     mb = c.scratch(size_t(T) * n_max);
     selectable = static_cast<uint8_t*>(mb.data());
     DIL_CUDA(cudaMemsetAsync(selectable, 0, size_t(T) * n_max, c.stream));
-    idx_restrict_kernel<<<unsigned(T), 256, 0, c.stream>>>(a.cand_in.ptr<int32_t>(), a.cand_topk, a.cand_block,
+    launch_pdl(c, "idx_restrict_kernel", idx_restrict_kernel, dim3(unsigned(T)), dim3(256), 0, a.cand_in.ptr<int32_t>(), a.cand_topk, a.cand_block,
                                                            tok_pos, a.ratio, n_max, selectable);
-    DIL_LAUNCH_CHECK("idx_restrict_kernel");
   }
-  idx_topk_kernel<<<unsigned(T), kTopkThreads, 0, c.stream>>>(scores, n_max, selectable, tok_pos, a.ratio, 1,
+  launch_pdl(c, "idx_topk_kernel", idx_topk_kernel, dim3(unsigned(T)), dim3(kTopkThreads), 0, scores, n_max, selectable, tok_pos, a.ratio, 1,
                                                              a.topk, a.sort_ascending, a.out_idx.ptr<int32_t>());
-  DIL_LAUNCH_CHECK("idx_topk_kernel");
 }
 
 }  // namespace dil::cuda

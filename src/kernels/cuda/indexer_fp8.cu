@@ -86,6 +86,7 @@ __device__ __forceinline__ uint32_t row_e4m3(float4 v, int& S, bool& fits) {
 template <class TQ, class TW>
 __global__ void __launch_bounds__(kThreads) q_prep_kernel(const TQ* q, const TW* w, int Hi, uint32_t* q8, float* wq,
                                                           int32_t* tok_flag) {
+  pdl_enter();
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int h = warp; h < Hi; h += kWarps) {
@@ -327,6 +328,7 @@ __global__ void __launch_bounds__(kThreads, 2) idx_fp8_kernel(FastParams<TQ, TW,
 // fast_simt: one thread per (token, entry), the specification for any shape.
 template <class TQ, class TW, class TK>
 __global__ void idx_fast_simt_kernel(FastParams<TQ, TW, TK> P) {
+  pdl_enter();
   const int64_t t = blockIdx.y;
   const int e = int(blockIdx.x) * blockDim.x + threadIdx.x;
   const int n_vis = (P.tok_pos[t] + 1) / P.ratio, seq = P.tok_seq[t];
@@ -355,6 +357,7 @@ constexpr int kGroupThreads = 1024;
 __global__ void __launch_bounds__(kGroupThreads) token_groups_kernel(const int32_t* __restrict__ q_start,
                                                                      const int32_t* __restrict__ len, int n_seqs,
                                                                      int per, int2* __restrict__ groups) {
+  pdl_enter();
   __shared__ int warp_sum[kGroupThreads / 32];
   __shared__ int base;
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
@@ -444,7 +447,7 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
           P.q = a.q.ptr<const TQ>();
           P.w = a.w.ptr<const TW>();
           dim3 grid(unsigned(ceil_div(n_entries, 128)), unsigned(T));
-          idx_fast_simt_kernel<TQ, TW, TK><<<grid, 128, 0, c.stream>>>(P);
+          launch_pdl(c, "idx_fast_simt_kernel", idx_fast_simt_kernel<TQ, TW, TK>, dim3(grid), dim3(128), 0, P);
         };
         if (packed) go(bf16_t{});  // TK unused: the keys are read through keys_packed
         else with_act(a.keys, "indexer keys", go);
@@ -466,9 +469,8 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
   for (int s = 0; s < m.n_seqs; ++s) n_groups += (m.h_len[size_t(s)] + per - 1) / per;
   DIL_CHECK(n_groups <= 65535, name, ": ", n_groups, " token groups");
   Buffer gb = c.scratch(size_t(std::max<int64_t>(n_groups, 1)) * sizeof(int2));
-  token_groups_kernel<<<1, kGroupThreads, 0, c.stream>>>(m.q_start.ptr<int32_t>(), m.len.ptr<int32_t>(), m.n_seqs,
+  launch_pdl(c, "token_groups_kernel", token_groups_kernel, dim3(1), dim3(kGroupThreads), 0, m.q_start.ptr<int32_t>(), m.len.ptr<int32_t>(), m.n_seqs,
                                                           per, static_cast<int2*>(gb.data()));
-  DIL_LAUNCH_CHECK("token_groups_kernel");
   Buffer qb = c.scratch(size_t(T) * Hi * kDi), wb = c.scratch(size_t(T) * Hi * 4), fb = c.scratch(size_t(T) * 4);
   uint32_t* q8 = static_cast<uint32_t*>(qb.data());  // [T, Hi, 32] words of 4 e4m3
   float* wq = static_cast<float*>(wb.data());         // [T, Hi]
@@ -479,9 +481,8 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
     using TQ = bf16_t;
     with_act(a.w, "indexer w", [&](auto tw) {
       using TW = decltype(tw);
-      q_prep_kernel<TQ, TW><<<unsigned(T), kThreads, 0, c.stream>>>(a.q.ptr<const TQ>(), a.w.ptr<const TW>(), Hi, q8,
+      launch_pdl(c, "q_prep_kernel", q_prep_kernel<TQ, TW>, dim3(unsigned(T)), dim3(kThreads), 0, a.q.ptr<const TQ>(), a.w.ptr<const TW>(), Hi, q8,
                                                                      wq, tok_flag);
-      DIL_LAUNCH_CHECK("q_prep_kernel");
       FastParams<TQ, TW, bf16_t> P{};
       P.keys = a.keys.ptr<const bf16_t>();
       fill(P);

@@ -59,6 +59,7 @@ __device__ __forceinline__ uint32_t word_at(const uint4& v, int w) { return w ==
 // pieces [3, m, nd] bf16 = split3_bf16 of fn [m, nd] f32, once per call (fn is 1.5 MB at
 // V4-Flash): done per CTA it was the larger half of hc_dots' instructions.
 __global__ void hc_split_fn_kernel(const float* fn, int64_t n4, uint16_t* pieces) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
     const float4 f = reinterpret_cast<const float4*>(fn)[i];
     const float fv[4] = {f.x, f.y, f.z, f.w};
@@ -85,6 +86,7 @@ __global__ void hc_split_fn_kernel(const float* fn, int64_t n4, uint16_t* pieces
 template <int M>
 __global__ void __launch_bounds__(128, 3) hc_dots_kernel(const bf16_t* X, const uint16_t* P, int64_t T, int64_t nd,
                                                       int64_t ks, float* part) {
+  pdl_enter();
   constexpr int NT = (M + 7) / 8, R = NT * 8;  // n tiles of 8 mixes; rows M..R-1 are zeros
   __shared__ __align__(16) uint16_t fs[3][R][kTcStride];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
@@ -213,6 +215,7 @@ template <int M>
 __global__ void hc_scalars_kernel(const float* part, int S, int64_t T, int64_t nd, const float* base,
                                   const float* scale, int iters, float norm_eps, float eps, float* pre, float* post,
                                   float* comb) {
+  pdl_enter();
   const int lane = threadIdx.x & 31;
   const int64_t t = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (t >= T) return;  // whole warps leave together
@@ -241,6 +244,7 @@ __global__ void hc_scalars_kernel(const float* part, int S, int64_t T, int64_t n
 template <class TW>
 __global__ void __launch_bounds__(256) hc_collapse_norm_kernel(const bf16_t* X, const float* cpre, int64_t D,
                                                                const TW* w, float eps, bf16_t* xn) {
+  pdl_enter();
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
   float p[kN];
@@ -285,6 +289,7 @@ __global__ void __launch_bounds__(256) hc_collapse_norm_kernel(const bf16_t* X, 
 // streams before writing, so out may alias X.
 __global__ void hc_post_vec_kernel(const bf16_t* F, const bf16_t* X, const float* post, const float* comb,
                                    bf16_t* out, int64_t D, int64_t T) {
+  pdl_enter();
   const int64_t groups = D / 8, total = T * groups;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / groups, c = (i % groups) * 8;
@@ -337,19 +342,16 @@ void mix_fast(Ctx& c, const Tensor& X, const HcArgs& a, Tensor pre, Tensor post,
   Buffer pieces = c.scratch(size_t(3) * M * size_t(nd) * 2);  // [3, M, nd] bf16
   uint16_t* pc = static_cast<uint16_t*>(pieces.data());
   const int64_t n4 = M * nd / 4;
-  hc_split_fn_kernel<<<unsigned(std::min<int64_t>(ceil_div(n4, 256), 132 * 8)), 256, 0, c.stream>>>(a.fn.ptr<float>(),
+  launch_pdl(c, "hc_split_fn_kernel", hc_split_fn_kernel, dim3(unsigned(std::min<int64_t>(ceil_div(n4, 256), 132 * 8))), dim3(256), 0, a.fn.ptr<float>(),
                                                                                                   n4, pc);
-  DIL_LAUNCH_CHECK("hc_split_fn_kernel");
-  hc_dots_kernel<M><<<dim3(unsigned(ceil_div(T, kTcTok)), unsigned(S)), 128, 0, c.stream>>>(
+  launch_pdl(c, "hc_dots_kernel", hc_dots_kernel<M>, dim3(dim3(unsigned(ceil_div(T, kTcTok)), unsigned(S))), dim3(128), 0,
       X.ptr<const bf16_t>(), pc, T, nd, ks, pp);
-  DIL_LAUNCH_CHECK("hc_dots_kernel");
   // Warps per CTA: one at decode sizes, so that the few tokens' warps spread over as many SMs
   // (each warp's slice loads touch 32 lines; 8 warps on one SM made a 64-token step 26 us of L1).
   const int wpb = int(std::clamp<int64_t>(T / 264, 1, 8));
-  hc_scalars_kernel<M><<<unsigned(ceil_div(T, wpb)), unsigned(32 * wpb), 0, c.stream>>>(
+  launch_pdl(c, "hc_scalars_kernel", hc_scalars_kernel<M>, dim3(unsigned(ceil_div(T, wpb))), dim3(unsigned(32 * wpb)), 0,
       pp, S, T, nd, a.base.ptr<float>(), a.scale.ptr<float>(), a.sinkhorn_iters, a.norm_eps, a.hc_eps,
       pre.ptr<float>(), M == kN ? nullptr : post.ptr<float>(), M == kN ? nullptr : comb.ptr<float>());
-  DIL_LAUNCH_CHECK("hc_scalars_kernel");
 }
 
 template <int M>
@@ -360,7 +362,7 @@ void fused_fast(Ctx& c, const Tensor& X, const HcArgs& a, const Tensor& cpre, co
   const float* cp = cpre.empty() ? pre.ptr<float>() : cpre.ptr<float>();
   with_act(norm_w, "hc_pre norm weight", [&](auto tw) {
     using TW = decltype(tw);
-    hc_collapse_norm_kernel<TW><<<unsigned(T), 256, 0, c.stream>>>(X.ptr<const bf16_t>(), cp, D, norm_w.ptr<TW>(),
+    launch_pdl(c, "hc_collapse_norm_kernel", hc_collapse_norm_kernel<TW>, dim3(unsigned(T)), dim3(256), 0, X.ptr<const bf16_t>(), cp, D, norm_w.ptr<TW>(),
                                                                    a.norm_eps, xn.ptr<bf16_t>());
   });
   DIL_LAUNCH_CHECK("hc_collapse_norm_kernel");
@@ -451,10 +453,9 @@ void hc_post(Ctx& c, const Tensor& F, const Tensor& X, const Tensor& post, const
   check_f32(post, "hc_post post");
   check_f32(comb, "hc_post comb");
   if (T == 0) return;
-  hc_post_vec_kernel<<<stride_grid(T * D / 8), 256, 0, c.stream>>>(F.ptr<const bf16_t>(), X.ptr<const bf16_t>(),
+  launch_pdl(c, "hc_post_vec_kernel", hc_post_vec_kernel, dim3(stride_grid(T * D / 8)), dim3(256), 0, F.ptr<const bf16_t>(), X.ptr<const bf16_t>(),
                                                                    post.ptr<float>(), comb.ptr<float>(),
                                                                    out.ptr<bf16_t>(), D, T);
-  DIL_LAUNCH_CHECK("hc_post_vec_kernel");
 }
 
 }  // namespace dil::cuda

@@ -40,6 +40,7 @@ __global__ void moe_route_kernel(const float* logits, const float* bias_text, co
                                  const int32_t* image_mask, const int32_t* tid2eid, const int32_t* ids,
                                  int T, int E, int k, float route_scale, float norm_eps, float* out_w,
                                  int32_t* out_idx) {
+  pdl_enter();
   int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
   if (t >= T) return;
@@ -140,6 +141,7 @@ struct MoeIndex {
 // Expert ids are global; this call holds experts [e0, e0 + E) (expert parallelism), others
 // and -1 (padding rows) are skipped.
 __global__ void moe_count_kernel(const int32_t* idx, int64_t n, int e0, int E, int32_t* counts) {
+  pdl_enter();
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   int e = idx[i] < 0 ? -1 : idx[i] - e0;
@@ -152,6 +154,7 @@ __global__ void moe_count_kernel(const int32_t* idx, int64_t n, int e0, int E, i
 // walk over the experts, which one thread took 27 us for at 256 experts.
 constexpr int kScanThreads = 512;
 __global__ void __launch_bounds__(kScanThreads) moe_scan_kernel(MoeIndex I, int E, int max_tiles, int bm) {
+  pdl_enter();
   __shared__ int wc[32], wt[32];  // per warp: inclusive totals of counts / tiles, then their scan
   __shared__ int carry_c, carry_t;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = int(blockDim.x) >> 5;
@@ -197,6 +200,7 @@ __global__ void __launch_bounds__(kScanThreads) moe_scan_kernel(MoeIndex I, int 
 }
 
 __global__ void moe_scatter_kernel(const int32_t* idx, int64_t n, int k, int e0, int E, MoeIndex I) {
+  pdl_enter();
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   int e = idx[i] < 0 ? -1 : idx[i] - e0;
@@ -214,6 +218,7 @@ __global__ void moe_scatter_kernel(const int32_t* idx, int64_t n, int k, int e0,
 // e; X rows gathered through `gather` (token rows) or read in sorted order (gather null).
 __global__ void moe_gemm_kernel(const float* x, int64_t ldx, const int32_t* gather, const WView* experts,
                                 MoeIndex I, float* out, int64_t ldo, int64_t N, int64_t K) {
+  pdl_enter();
   int tile = blockIdx.y;
   if (tile >= *I.n_tiles) return;
   int e = I.tile_e[tile];
@@ -226,6 +231,7 @@ __global__ void moe_gemm_kernel(const float* x, int64_t ldx, const int32_t* gath
 __global__ void __launch_bounds__(kGemvThreads) moe_gemv_kernel(const float* x, int64_t ldx, const int32_t* gather,
                                                                 const WView* experts, MoeIndex I, float* out,
                                                                 int64_t ldo, int64_t N, int64_t K) {
+  pdl_enter();
   int tile = blockIdx.y;
   if (tile >= *I.n_tiles) return;
   int e = I.tile_e[tile];
@@ -238,6 +244,7 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gemv_kernel(const float* x, 
 // bf16) and h after (w2's bf16 input), as the reference does.
 __global__ void moe_swiglu_kernel(const float* g, const float* u, const float* route_w, const int32_t* sorted_pair,
                                   const int32_t* offsets, int E, float lim, bool round_bf16, float* h, int64_t I_dim) {
+  pdl_enter();
   int64_t n = int64_t(offsets[E]) * I_dim;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t r = i / I_dim;
@@ -255,6 +262,7 @@ __global__ void moe_swiglu_kernel(const float* g, const float* u, const float* r
 
 // In place; `xb` (nullable) also receives the result's BF16 bits (exact) for the tensor-core GEMM.
 __global__ void moe_fp8_qdq_rows_kernel(float* x, uint16_t* xb, const int32_t* offsets, int E, int64_t d, int block) {
+  pdl_enter();
   int nb = int((d + block - 1) / block);
   int64_t gw = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
@@ -278,6 +286,7 @@ __global__ void moe_fp8_qdq_rows_kernel(float* x, uint16_t* xb, const int32_t* o
 template <class TO>
 __global__ void moe_combine_kernel(const float* y, const int32_t* pos_of, int64_t T, int k, int64_t D,
                                    bool round_bf16, TO* out) {
+  pdl_enter();
   int64_t n = T * D;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t t = i / D, c = i % D;
@@ -327,12 +336,11 @@ void moe_route(Ctx& c, const MoeRouteArgs& a) {
                   a.bias_vl.numel() == E,
               "moe_route: image_mask ", a.image_mask.shape_str(), " bias_vl ", a.bias_vl.shape_str());
   }
-  moe_route_kernel<<<grid_for(int64_t(T) * 32, 128), 128, 0, c.stream>>>(
+  launch_pdl(c, "moe_route_kernel", moe_route_kernel, dim3(grid_for(int64_t(T) * 32, 128)), dim3(128), 0,
       a.logits.ptr<float>(), a.bias.empty() ? nullptr : a.bias.ptr<float>(),
       vl ? a.bias_vl.ptr<float>() : nullptr, vl ? a.image_mask.ptr<int32_t>() : nullptr,
       hash ? a.tid2eid.ptr<int32_t>() : nullptr, hash ? a.ids.ptr<int32_t>() : nullptr, T, E, a.topk,
       a.route_scale, a.norm_eps, a.out_w.ptr<float>(), a.out_idx.ptr<int32_t>());
-  DIL_LAUNCH_CHECK("moe_route_kernel");
 }
 
 void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
@@ -409,12 +417,9 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   I.n_tiles = p;
   DIL_CUDA(cudaMemsetAsync(I.counts, 0, size_t(E) * 4, c.stream));
   const int32_t* idx = a.route_idx.ptr<int32_t>();
-  moe_count_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, a.expert_offset, E, I.counts);
-  DIL_LAUNCH_CHECK("moe_count_kernel");
-  moe_scan_kernel<<<1, kScanThreads, 0, c.stream>>>(I, E, max_tiles, bm);
-  DIL_LAUNCH_CHECK("moe_scan_kernel");
-  moe_scatter_kernel<<<grid_for(Tk, 256), 256, 0, c.stream>>>(idx, Tk, k, a.expert_offset, E, I);
-  DIL_LAUNCH_CHECK("moe_scatter_kernel");
+  launch_pdl(c, "moe_count_kernel", moe_count_kernel, dim3(grid_for(Tk, 256)), dim3(256), 0, idx, Tk, a.expert_offset, E, I.counts);
+  launch_pdl(c, "moe_scan_kernel", moe_scan_kernel, dim3(1), dim3(kScanThreads), 0, I, E, max_tiles, bm);
+  launch_pdl(c, "moe_scatter_kernel", moe_scatter_kernel, dim3(grid_for(Tk, 256)), dim3(256), 0, idx, Tk, k, a.expert_offset, E, I);
 
   const MoeTileMap map{I.offsets, I.tile_e, I.tile_r0, I.n_tiles};
   // out = the sum over each token's slots of its sorted rows' expert outputs y [Tk, D] f32
@@ -422,7 +427,7 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
   auto combine = [&](const float* y) {
     with_act(a.out, "moe_experts out", [&](auto to) {
       using TO = decltype(to);
-      moe_combine_kernel<TO><<<stride_grid(T * D), 256, 0, c.stream>>>(y, I.pos_of, T, k, D, a.round_bf16,
+      launch_pdl(c, "moe_combine_kernel", moe_combine_kernel<TO>, dim3(stride_grid(T * D)), dim3(256), 0, y, I.pos_of, T, k, D, a.round_bf16,
                                                                         a.out.ptr<TO>());
     });
     DIL_LAUNCH_CHECK("moe_combine_kernel");
@@ -516,8 +521,7 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
                  map, max_tiles, D, Idim, a.swiglu_limit, a.round_bf16};
     moe_gemv_w13(c, ga, g);
     const int64_t warps = Tk * ceil_div(Idim, a.act_block);
-    moe_fp8_qdq_rows_kernel<<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(g, hb, I.offsets, E, Idim, a.act_block);
-    DIL_LAUNCH_CHECK("moe_fp8_qdq_rows_kernel");
+    launch_pdl(c, "moe_fp8_qdq_rows_kernel", moe_fp8_qdq_rows_kernel, dim3(grid_for(warps * 32, 256)), dim3(256), 0, g, hb, I.offsets, E, Idim, a.act_block);
     Buffer yg = c.scratch(size_t(Tk * D) * 4);  // [Tk, D] f32, sorted rows
     moe_gemv_w2(c, ga, reinterpret_cast<const bf16_t*>(hb), static_cast<float*>(yg.data()));
     combine(static_cast<const float*>(yg.data()));
@@ -531,24 +535,22 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
     }
     if (few) {
       dim3 grid(unsigned(ceil_div(N, kGemvThreads)), unsigned(max_tiles));
-      moe_gemv_kernel<<<grid, kGemvThreads, 0, c.stream>>>(xin, ldx, gather, tab, I, o, N, N, K);
+      launch_pdl(c, "moe_gemv_kernel", moe_gemv_kernel, dim3(grid), dim3(kGemvThreads), 0, xin, ldx, gather, tab, I, o, N, N, K);
     } else {
       dim3 grid(unsigned(ceil_div(N, kBN)), unsigned(max_tiles));
-      moe_gemm_kernel<<<grid, kGemmThreads, 0, c.stream>>>(xin, ldx, gather, tab, I, o, N, N, K);
+      launch_pdl(c, "moe_gemm_kernel", moe_gemm_kernel, dim3(grid), dim3(kGemmThreads), 0, xin, ldx, gather, tab, I, o, N, N, K);
     }
     DIL_LAUNCH_CHECK(what);
   };
   grouped_gemm(x, xb, D, I.sorted_tok, t1, g, Idim, D, "moe grouped gemm (w1)");
   grouped_gemm(x, xb, D, I.sorted_tok, t3, u, Idim, D, "moe grouped gemm (w3)");
-  moe_swiglu_kernel<<<stride_grid(Tk * Idim), 256, 0, c.stream>>>(g, u, a.route_w.ptr<float>(), I.sorted_pair,
+  launch_pdl(c, "moe_swiglu_kernel", moe_swiglu_kernel, dim3(stride_grid(Tk * Idim)), dim3(256), 0, g, u, a.route_w.ptr<float>(), I.sorted_pair,
                                                                    I.offsets, E, a.swiglu_limit, a.round_bf16, g,
                                                                    Idim);
-  DIL_LAUNCH_CHECK("moe_swiglu_kernel");
   if (quant) {
     int64_t warps = Tk * ceil_div(Idim, a.act_block);
-    moe_fp8_qdq_rows_kernel<<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(g, hb, I.offsets, E, Idim,
+    launch_pdl(c, "moe_fp8_qdq_rows_kernel", moe_fp8_qdq_rows_kernel, dim3(grid_for(warps * 32, 256)), dim3(256), 0, g, hb, I.offsets, E, Idim,
                                                                                        a.act_block);
-    DIL_LAUNCH_CHECK("moe_fp8_qdq_rows_kernel");
   }
   Buffer yb = c.scratch(size_t(Tk * D) * 4);
   float* y = static_cast<float*>(yb.data());

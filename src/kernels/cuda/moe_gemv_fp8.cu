@@ -77,6 +77,7 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int t) {
 template <bool kW13>
 __global__ void __launch_bounds__(kGfThreads, 3) moe_gf_kernel(GfMoeArgs a, const uint8_t* aq, const float* as,
                                                                float* out) {
+  pdl_enter();
   extern __shared__ __align__(16) uint8_t gf_smem[];
   const int tile = blockIdx.y;
   if (tile >= *a.map.n_tiles) return;
@@ -226,6 +227,7 @@ __global__ void __launch_bounds__(kGfThreads, 3) moe_gf_kernel(GfMoeArgs a, cons
 template <class TI>
 __global__ void moe_gf_quant_kernel(const TI* x, int64_t rows_max, const int32_t* n_rows, int64_t K, int act,
                                     uint8_t* q, float* s) {
+  pdl_enter();
   const int nab = int((K + act - 1) / act);
   const int64_t gw = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
@@ -253,7 +255,7 @@ void launch(Ctx& c, const GfMoeArgs& a, const uint8_t* aq, const float* as, floa
   dim3 grid(unsigned(ceil_div(kW13 ? a.I : a.D, rows_per_cta)), unsigned(a.max_tiles));
   if (smem > 48 * 1024)
     DIL_CUDA(cudaFuncSetAttribute(moe_gf_kernel<kW13>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  moe_gf_kernel<kW13><<<grid, kGfThreads, smem, c.stream>>>(a, aq, as, out);
+  launch_pdl(c, "moe_gf_kernel", moe_gf_kernel<kW13>, dim3(grid), dim3(kGfThreads), smem, a, aq, as, out);
   DIL_LAUNCH_CHECK(kW13 ? "moe_gf_kernel<w13>" : "moe_gf_kernel<w2>");
 }
 
@@ -264,8 +266,7 @@ void moe_gf_quant(Ctx& c, const TI* x, int64_t rows_max, const int32_t* n_rows, 
                   float* s) {
   const int64_t warps = rows_max * ((K + act - 1) / act);
   if (warps == 0) return;
-  moe_gf_quant_kernel<TI><<<grid_for(warps * 32, 256), 256, 0, c.stream>>>(x, rows_max, n_rows, K, act, q, s);
-  DIL_LAUNCH_CHECK("moe_gf_quant_kernel");
+  launch_pdl(c, "moe_gf_quant_kernel", moe_gf_quant_kernel<TI>, dim3(grid_for(warps * 32, 256)), dim3(256), 0, x, rows_max, n_rows, K, act, q, s);
 }
 template void moe_gf_quant<float>(Ctx&, const float*, int64_t, const int32_t*, int64_t, int, uint8_t*, float*);
 template void moe_gf_quant<bf16_t>(Ctx&, const bf16_t*, int64_t, const int32_t*, int64_t, int, uint8_t*, float*);

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -65,7 +66,43 @@ struct Ctx {
   };
   std::unordered_map<const void*, MoeWgPrep> moe_wg;
   Buffer scratch(size_t bytes) { return arena->get(bytes); }
+  // CTAs of a kernel that fit on the device at once (occupancy x multiprocessors), per (kernel,
+  // threads, dynamic shared memory), asked once: grids of persistent kernels are one such wave.
+  std::map<std::tuple<const void*, int, size_t>, int> resident_ctas;
+  template <class Kern>
+  int resident(Kern* k, int threads, size_t smem) {
+    auto [it, fresh] = resident_ctas.try_emplace({reinterpret_cast<const void*>(k), threads, smem}, 0);
+    if (fresh) {
+      int per_sm = 0, sms = 0;
+      DIL_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, threads, smem));
+      DIL_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      it->second = std::max(1, per_sm) * sms;
+    }
+    return it->second;
+  }
+  // Kernels written for it (pdl_wait before their inputs) launch with programmatic dependent
+  // launch (launch_pdl); false: as plain launches (BackendOptions::pdl, DIL_PDL=0).
+  bool pdl = true;
 };
+
+// Launches kernel k on c.stream, with programmatic stream serialization when c.pdl: k may start
+// before the previous kernel of the stream ends, so k must call pdl_wait() (common.cuh) before
+// it touches what an earlier kernel wrote. Checks the launch, naming `name`.
+template <class... P, class... A>
+void launch_pdl(const Ctx& c, const char* name, void (*k)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = c.stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = c.pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
+  if (e != cudaSuccess) cuda_fail(name, cudaGetErrorString(e), __FILE__, __LINE__);
+}
 
 // elementwise.cu. Activation tensors are f32 or bf16 (backend.h); the typed pointer forms
 // take float | bf16_t (common.cuh).

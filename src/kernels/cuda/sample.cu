@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
                                                           const SampleEdit* __restrict__ edits,
                                                           const u64* __restrict__ masks, float* __restrict__ xbuf,
                                                           int n_top_w, int processed, int32_t* __restrict__ out) {
+  pdl_enter();
   __shared__ Smem s;
   const int srow = blockIdx.x;
   const SampleRow r = rows[srow];
@@ -281,12 +282,11 @@ void sample(Ctx& c, const SampleArgs& a) {
   if (sample_cluster(c, a)) return;
   if (S == 0) return;
   Buffer xbuf = c.scratch(size_t(S * V) * 4);  // [S, V] f32 processed logits
-  sample_kernel<<<unsigned(S), kThreads, 0, c.stream>>>(
+  launch_pdl(c, "sample_kernel", sample_kernel, dim3(unsigned(S)), dim3(kThreads), 0,
       a.logits.ptr<float>(), int(V), static_cast<const SampleRow*>(a.rows.data),
       a.edits.empty() ? nullptr : static_cast<const SampleEdit*>(a.edits.data),
       a.masks.empty() ? nullptr : static_cast<const u64*>(a.masks.data), static_cast<float*>(xbuf.data()), a.n_top,
       a.processed_logprobs ? 1 : 0, a.out.ptr<int32_t>());
-  DIL_LAUNCH_CHECK("sample_kernel");
 }
 
 }  // namespace dil::cuda
