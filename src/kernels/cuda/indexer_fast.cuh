@@ -41,6 +41,7 @@ struct FastParams {
   int64_t ld;
   const int32_t* cand;        // Reindex: [T, cand_topk] block ids, or null
   int cand_topk, cand_block;
+  int stages;                 // mma_fp8 (idx_fp8_kernel): key tiles per CTA
 };
 
 __device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(127 + e) << 23); }  // |e| <= 126

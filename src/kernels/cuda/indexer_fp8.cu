@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 2) idx_fp8_kernel(FastParams<TQ, TW,
   const bool restricted = P.cand != nullptr;
   const int cb = P.cand_block;
   const int n_entries = restricted ? P.cand_topk * cb : nv_max;
-  const int e_begin = int(blockIdx.x) * kStages * kTile;
+  const int e_begin = int(blockIdx.x) * P.stages * kTile;
   if (e_begin >= n_entries) return;
   if (tid < tc) {
     s.tn_vis[tid] = (P.tok_pos[t0 + tid] + 1) / P.ratio;
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 2) idx_fp8_kernel(FastParams<TQ, TW,
     cpa_commit();
   };
   int n_st = 0;
-  while (n_st < kStages && e_begin + n_st * kTile < n_entries) ++n_st;
+  while (n_st < P.stages && e_begin + n_st * kTile < n_entries) ++n_st;
   meta(0);
   __syncthreads();
   fetch(0);
@@ -497,9 +497,15 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
         return;
       }
       const size_t sm = sizeof(StageSmem);
-      dim3 grid(unsigned(ceil_div(n_entries, kStages * kTile)), unsigned(n_groups));
       auto go = [&](auto kern) {
         DIL_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm)));
+        // kStages key tiles per CTA, fewer where the step's groups would not fill one resident
+        // wave (decode: one group per sequence; at batch 1 and 8K context 4 CTAs took 43 us).
+        // Rows are scored independently of the CTA that holds them: the same scores.
+        const int64_t wave = c.resident(kern, kThreads, sm);
+        P.stages = kStages;
+        while (P.stages > 1 && ceil_div(n_entries, int64_t(P.stages) * kTile) * n_groups < wave) P.stages /= 2;
+        const dim3 grid(unsigned(ceil_div(n_entries, int64_t(P.stages) * kTile)), unsigned(n_groups));
         kern<<<grid, kThreads, sm, c.stream>>>(P);
       };
       switch (Hi) {

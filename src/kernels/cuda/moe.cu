@@ -31,19 +31,26 @@ __device__ __forceinline__ float sqrt_softplus(float l) {
 
 constexpr int kRoutePerLane = 16;  // experts per lane held in registers by the selection: E <= 512
 
-// One warp per token. Image-span tokens (image_mask[t] != 0, V4.1) select with bias_vl
-// instead of bias. Selection: k rounds of a warp arg-max over (score + bias, lowest expert id
-// on ties), the scores evaluated once per expert into registers (E <= 32 * kRoutePerLane; the
-// rounds re-evaluate them otherwise, the same values). Weights: the chosen experts' scores
-// summed in k order in double, as the reference.
+// Threads of moe_route_kernel's block (one token): one per expert where the selection holds the
+// scores in registers (E <= 32 * kRoutePerLane), else one warp.
+inline int route_threads(int E) { return E <= 32 * kRoutePerLane ? int(ceil_div(E, 32)) * 32 : 32; }
+
+// One block per token (route_threads). Image-span tokens (image_mask[t] != 0, V4.1) select with
+// bias_vl instead of bias. The scores (a double softplus and sqrt each) are evaluated once per
+// expert, one expert per thread into shared memory (one warp evaluating 8 of them one after
+// the other took 15-19 us per decode token); warp 0 then selects: k rounds of a warp arg-max
+// over (score + bias, lowest expert id on ties) from registers. E > 32 * kRoutePerLane: one
+// warp re-evaluates the scores in each round (the same values). Hash-routed layers (tid2eid):
+// lane i < k evaluates its chosen expert's score. Weights: the chosen experts' scores summed in
+// k order in double, as the reference.
 __global__ void moe_route_kernel(const float* logits, const float* bias_text, const float* bias_vl,
                                  const int32_t* image_mask, const int32_t* tid2eid, const int32_t* ids,
                                  int T, int E, int k, float route_scale, float norm_eps, float* out_w,
                                  int32_t* out_idx) {
   pdl_enter();
-  int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  int lane = threadIdx.x & 31;
-  if (t >= T) return;
+  __shared__ float s_sp[32 * kRoutePerLane], s_v[32 * kRoutePerLane];  // [E] score, score + bias
+  const int t = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const float* bias = (image_mask && image_mask[t] != 0) ? bias_vl : bias_text;
   const float* l = logits + int64_t(t) * E;
   int chosen[kMaxTopk];
@@ -51,16 +58,28 @@ __global__ void moe_route_kernel(const float* logits, const float* bias_text, co
   // The better of two (value, expert) candidates: larger value, then lower expert id.
   auto better = [](float v, int e, float bv, int be) { return v > bv || (v == bv && e < be); };
   if (tid2eid) {
-    for (int i = 0; i < k; ++i) chosen[i] = tid2eid[int64_t(ids[t]) * k + i];
-    for (int i = 0; i < k; ++i) csc[i] = sqrt_softplus(l[chosen[i]]);
+    if (warp != 0) return;
+    const int mine = lane < k ? tid2eid[int64_t(ids[t]) * k + lane] : 0;
+    const float sc = lane < k ? sqrt_softplus(l[mine]) : 0.f;
+    for (int i = 0; i < k; ++i) {
+      chosen[i] = __shfl_sync(0xffffffffu, mine, i);
+      csc[i] = __shfl_sync(0xffffffffu, sc, i);
+    }
   } else if (E <= 32 * kRoutePerLane) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      const float sp = sqrt_softplus(l[e]);
+      s_sp[e] = sp;
+      s_v[e] = sp + (bias ? bias[e] : 0.f);
+    }
+    __syncthreads();
+    if (warp != 0) return;
     float sp[kRoutePerLane], v[kRoutePerLane];  // expert lane + 32 j: score, score + bias
     uint32_t taken = 0;                          // bit j: expert lane + 32 j chosen already
 #pragma unroll
     for (int j = 0; j < kRoutePerLane; ++j) {
       const int e = lane + 32 * j;
-      sp[j] = e < E ? sqrt_softplus(l[e]) : 0.f;
-      v[j] = e < E ? sp[j] + (bias ? bias[e] : 0.f) : 0.f;
+      sp[j] = e < E ? s_sp[e] : 0.f;
+      v[j] = e < E ? s_v[e] : 0.f;
     }
     for (int i = 0; i < k; ++i) {
       float best = -INFINITY, bsp = 0.f;
@@ -88,6 +107,7 @@ __global__ void moe_route_kernel(const float* logits, const float* bias_text, co
       if (bi < E && (bi & 31) == lane) taken |= 1u << (bi >> 5);
     }
   } else {
+    if (warp != 0) return;
     for (int i = 0; i < k; ++i) {
       float best = -INFINITY;
       int bi = 0x7fffffff;
@@ -336,7 +356,7 @@ void moe_route(Ctx& c, const MoeRouteArgs& a) {
                   a.bias_vl.numel() == E,
               "moe_route: image_mask ", a.image_mask.shape_str(), " bias_vl ", a.bias_vl.shape_str());
   }
-  launch_pdl(c, "moe_route_kernel", moe_route_kernel, dim3(grid_for(int64_t(T) * 32, 128)), dim3(128), 0,
+  launch_pdl(c, "moe_route_kernel", moe_route_kernel, dim3(unsigned(T)), dim3(unsigned(route_threads(E))), 0,
       a.logits.ptr<float>(), a.bias.empty() ? nullptr : a.bias.ptr<float>(),
       vl ? a.bias_vl.ptr<float>() : nullptr, vl ? a.image_mask.ptr<int32_t>() : nullptr,
       hash ? a.tid2eid.ptr<int32_t>() : nullptr, hash ? a.ids.ptr<int32_t>() : nullptr, T, E, a.topk,

@@ -315,7 +315,7 @@ std::vector<KernelImpl> build() {
       {"indexer_topk", "mma_fp8", "fast specification: q (per token and head) and keys (per row, read in place from the "
        "paged bf16 cache) as e4m3 with a power-of-two scale (exact for FP4-QDQ'd rows within 14 binades; other rows "
        "rescored on CUDA cores), mma.sync m16n8k32 per 32-dim block, ReLU x weight and the head sum in registers in "
-       "f32, up to 8 tokens per CTA; few-pass radix top-k (topk_rows.cu)", idx_fp8, 0, exact_tolerance("scores and indices"),
+       "f32, up to 8 tokens x 512 rows per CTA (fewer rows at decode); few-pass radix top-k (topk_rows.cu)", idx_fp8, 0, exact_tolerance("scores and indices"),
        "tests/cuda/test_indexer_fast.cpp"},
       {"indexer_topk", "fast_simt", "fast specification on CUDA cores, one thread per (token, row); few-pass radix "
        "top-k", idx_fast_simt, 0, exact_tolerance("scores and indices"), "tests/cuda/test_indexer_fast.cpp"},
@@ -388,7 +388,7 @@ std::vector<KernelImpl> build() {
       {"paged_write", "row copies into paged blocks (packed rows: a warp per scale block quantizes)", exact},
       {"compressor", "block per emitted row, softmax pooling in double; the state rows the step changes rewritten",
        tolerance(1e-7, 3e-7, true, "the pooled rows; the state exact")},
-      {"moe_route", "warp per token, sqrt-softplus in double once per expert into registers, k rounds of warp arg-max",
+      {"moe_route", "block per token, sqrt-softplus in double once per expert (a thread each) into shared memory, k rounds of warp arg-max from registers",
        tolerance(1e-7, 3e-7, false, "the routing weights; the indices exact")},
       {"swiglu", "silu in double, clamps in f32", elementwise},
       {"engram_mix", "gate per (token, stream) in double; update in double", tolerance(1.2e-7, 1.2e-7, true)},
