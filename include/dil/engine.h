@@ -239,6 +239,12 @@ struct EngineOptions {
   // head is used uncalibrated (the DSpark paper's temperature scaling is not applied); any cut
   // keeps the outputs, it only changes how many tokens are verified.
   double dspark_min_survival = 0.0;
+  // Weights: "safetensors" (the model folder's checkpoint) or "dummy" (random weights in the
+  // official formats generated from config.json: serving at real dimensions for timing, the
+  // outputs are not the model's). `layers`: the backbone layers built and run (empty: all); a
+  // subset times a model that does not fit, as `bench` does (ModelOptions::layers).
+  std::string load_format = "safetensors";
+  std::vector<int> layers;
 };
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& opts);  // throws dil::Error

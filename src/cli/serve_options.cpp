@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "cli/app.h"
+#include "cli/ids.h"
 #include "cli/shared_options.h"
 #include "core/check.h"
 
@@ -101,6 +102,14 @@ CLI::App* declare_serve(CLI::App& top, ServeOptions& o, const std::string& descr
   c->add_option("--request-timeout", s.request_timeout_s, "a request must arrive completely within this long")
       ->check(CLI::Range(1.0, 86400.0));
   add_switch(c, "--access-log", s.access_log, "one line per response on stderr");
+  c->add_option("--load-format", e.load_format,
+                "weights: safetensors (the model folder's checkpoint) or dummy (random weights in the official formats "
+                "from its config.json: timing at real dimensions; the outputs are not the model's)")
+      ->check(CLI::IsMember({"safetensors", "dummy"}));
+  c->add_option("--layers", o.layers,
+                "backbone layers to build and run, LIST or all (a subset times a model that does not fit, as bench "
+                "does; the outputs are not the model's)")
+      ->default_str("all");
   c->add_option("--dp", o.dp, "data-parallel ranks, one process per GPU (rank i on GPU i of its machine)")
       ->check(CLI::PositiveNumber);
   c->add_option("--ep", o.ep, "expert-parallel ranks (must equal --dp)")->default_str("= --dp")->check(CLI::PositiveNumber);
@@ -117,6 +126,14 @@ void finish_serve_options(ServeOptions& o) {
   }
   o.server.model_dir = o.model;
   o.engine.model_dir = o.model;
+  o.engine.layers.clear();
+  if (!o.layers.empty() && o.layers != "all") {
+    try {
+      o.engine.layers = parse_int_list(o.layers);
+    } catch (const Error& e) {
+      DIL_FAIL("--layers '", o.layers, "': ", e.what());
+    }
+  }
   if (o.ep == 0) o.ep = o.dp;
   if (o.ep != o.dp)
     DIL_FAIL("--ep ", o.ep, " with --dp ", o.dp, ": only ep == dp is supported (attention data-parallel and MoE "

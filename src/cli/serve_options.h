@@ -18,6 +18,7 @@ struct ServeOptions {
   int dp = 1;                    // data-parallel ranks (one process per GPU)
   int ep = 0;                    // expert-parallel ranks; 0: = dp (the only supported value)
   LaunchRequest launch;          // nproc is dp / nnodes
+  std::string layers;            // --layers: "all" or a comma-separated list (engine.layers)
 };
 
 // Adds the `serve` subcommand with every option bound to `o` (which must outlive parsing).

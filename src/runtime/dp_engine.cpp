@@ -313,6 +313,8 @@ std::unique_ptr<DpEngine> make_dp_engine(const EngineOptions& opts, Backend& be,
   mo.load_mtp = false;
   mo.comm = &comm;
   mo.on_progress = opts.on_load_progress;
+  mo.load_format = opts.load_format;
+  mo.layers = opts.layers;
   auto model = load_model(opts.model_dir, be, mo);
   return std::make_unique<DpEngine>(opts, std::move(model), nullptr, comm, &be);
 }

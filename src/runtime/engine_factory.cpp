@@ -51,6 +51,8 @@ std::unique_ptr<Engine> build(const EngineOptions& opts, std::unique_ptr<Drafter
   // The drafter weights (mtp.*) are bound only when the drafter that runs them is asked for.
   mo.load_mtp = from_opts && (opts.speculative == "mtp" || opts.speculative == "dspark");
   mo.on_progress = opts.on_load_progress;
+  mo.load_format = opts.load_format;
+  mo.layers = opts.layers;
   auto model = load_model(opts.model_dir, *backend, mo);
   if (mo.load_mtp)
     drafter = std::make_unique<ModelDrafter>(*model, opts.num_speculative_tokens, opts.dspark_min_survival);

@@ -283,3 +283,30 @@ def test_serve_final_load_line_has_the_kv_capacity():
     # copy-on-write block), far below 0.9 of any machine's available memory.
     assert tokens == blocks * 128 and blocks == 8 * 8 + 1
     assert seqs == 8
+
+
+def test_serve_dummy_weights_on_a_layer_subset():
+    # Serving at real dimensions for timing (issue 25's TPOT through the server): random weights
+    # in the official formats from config.json, only the listed backbone layers built and run.
+    import httpx
+    from server_harness import ServerProcess
+    tensors = {}
+    for flags in ((), ("--load-format", "dummy", "--layers", "0,2")):
+        s = ServerProcess("--max-model-len", "256", "--max-num-seqs", "4", *flags)
+        try:
+            r = httpx.post(s.base + "/v1/completions", timeout=60,
+                           json={"model": "tiny-v4", "prompt": "hello world", "max_tokens": 4, "ignore_eos": True})
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["completion_tokens"] == 4
+            tensors[flags] = int(re.search(r"^loaded: weights [\d.]+ [kMG]?B \((\d+) tensors\)", s.read_log(),
+                                           re.M).group(1))
+        finally:
+            s.stop()
+    full, subset = tensors.values()
+    assert 0 < subset < full, tensors  # 2 of the 5 layers (and the embedding, head, mHC head)
+    r = run("serve", "--load-format", "dummy", "--layers", "0,9")
+    assert r.returncode != 0 and "layer 9 outside [0, 5)" in r.stderr, r.stderr
+    r = run("serve", "--layers", "x,1")
+    assert r.returncode != 0 and "--layers 'x,1'" in r.stderr, r.stderr
+    r = run("serve", "--load-format", "gguf")
+    assert r.returncode == 2 and "--load-format" in r.stderr, r.stderr
