@@ -126,7 +126,6 @@ void finish_serve_options(ServeOptions& o) {
   }
   o.server.model_dir = o.model;
   o.engine.model_dir = o.model;
-  o.engine.layers.clear();
   if (!o.layers.empty() && o.layers != "all") {
     try {
       o.engine.layers = parse_int_list(o.layers);

@@ -283,7 +283,6 @@ void ring_write(Ctx& c, const Tensor& kv_new, Tensor ring, const StepMeta& m, co
                                                             m.start_pos.ptr<int32_t>(), m.len.ptr<int32_t>(),
                                                             m.slot.ptr<int32_t>(), int(ring.size(1)), d);
   });
-  DIL_LAUNCH_CHECK("ring_write_kernel");
 }
 
 void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, const EmitPlan& plan,
@@ -312,7 +311,6 @@ void paged_write(Ctx& c, const Tensor& rows, Tensor cache, int rows_per_block, c
                                                                   d, plan.seq.ptr<int32_t>(), plan.row.ptr<int32_t>(),
                                                                   m.block_table.ptr<int32_t>(), m.max_blocks);
   });
-  DIL_LAUNCH_CHECK("paged_write_kernel");
 }
 
 }  // namespace dil::cuda

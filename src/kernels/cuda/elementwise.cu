@@ -250,7 +250,6 @@ void add(Ctx& c, const Tensor& a, const Tensor& b, Tensor out) {
       });
     });
   });
-  DIL_LAUNCH_CHECK("add_kernel");
 }
 
 void embed(Ctx& c, const Weight& table, const Tensor& ids, Tensor out) {
@@ -261,7 +260,6 @@ void embed(Ctx& c, const Weight& table, const Tensor& ids, Tensor out) {
     using TO = decltype(to);
     launch_pdl(c, "embed_kernel", embed_kernel<TO>, dim3(unsigned(T)), dim3(256), 0, make_wview(table), ids.ptr<int32_t>(), out.ptr<TO>(), d);
   });
-  DIL_LAUNCH_CHECK("embed_kernel");
 }
 
 void rms_norm(Ctx& c, const Tensor& x, const Tensor& w, float eps, Tensor out) {
@@ -278,7 +276,6 @@ void rms_norm(Ctx& c, const Tensor& x, const Tensor& w, float eps, Tensor out) {
                                                                  w.dtype == DType::BF16, eps, out.ptr<TO>(), d);
     });
   });
-  DIL_LAUNCH_CHECK("rms_norm_kernel");
 }
 
 void rope(Ctx& c, Tensor x, const Tensor& pos, const RopeTable& t, bool inverse) {
@@ -294,7 +291,6 @@ void rope(Ctx& c, Tensor x, const Tensor& pos, const RopeTable& t, bool inverse)
     launch_pdl(c, "rope_kernel", rope_kernel<T>, dim3(unsigned(R), unsigned(ceil_div(H, kRopeHeads))), dim3(128), 0, x.ptr<T>(), pos.ptr<int32_t>(), t.inv_freq.ptr<float>(), H, d,
                                                       t.rope_dims, inverse);
   });
-  DIL_LAUNCH_CHECK("rope_kernel");
 }
 
 template <class TI, class TO>
@@ -330,7 +326,6 @@ void fp4_qdq(Ctx& c, Tensor x, int block, bool e4m3_scale) {
     using T = decltype(tx);
     launch_pdl(c, "fp4_qdq_kernel", fp4_qdq_kernel<T>, dim3(grid_for(warps * 32, 256)), dim3(256), 0, x.ptr<T>(), R, d, block, e4m3_scale);
   });
-  DIL_LAUNCH_CHECK("fp4_qdq_kernel");
 }
 
 void hadamard(Ctx& c, Tensor x) {
@@ -341,7 +336,6 @@ void hadamard(Ctx& c, Tensor x) {
     using T = decltype(tx);
     launch_pdl(c, "hadamard_kernel", hadamard_kernel<T>, dim3(unsigned(R)), dim3(128), size_t(d) * 8, x.ptr<T>(), int(d));
   });
-  DIL_LAUNCH_CHECK("hadamard_kernel");
 }
 
 void swiglu(Ctx& c, const Tensor& g, const Tensor& u, const Tensor& w, float limit, Tensor out) {
@@ -364,7 +358,6 @@ void swiglu(Ctx& c, const Tensor& g, const Tensor& u, const Tensor& w, float lim
       });
     });
   });
-  DIL_LAUNCH_CHECK("swiglu_kernel");
 }
 
 void reset_state(Ctx& c, Tensor kv, Tensor score, const std::vector<int32_t>& slots) {

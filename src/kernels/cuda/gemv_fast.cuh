@@ -24,6 +24,7 @@
 #pragma once
 #include <cuda_fp16.h>
 
+#include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/moe_mma.cuh"
 #include "kernels/cuda/ops.cuh"
 
@@ -207,7 +208,7 @@ __device__ __forceinline__ void gv_prefetch(const GvRow (&rows)[kGvRowsPerWarp],
     const int64_t c = c0 + lane + 32 * u;
 #pragma unroll
     for (int i = 0; i < kGvRowsPerWarp; ++i)
-      if (c < c1 && rows[i].w) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(rows[i].w + 16 * c) : "memory");
+      if (c < c1 && rows[i].w) sm90::prefetch_l2(rows[i].w + 16 * c);
   }
 }
 

@@ -316,7 +316,6 @@ void indexer_topk(Ctx& c, const IndexerArgs& a, const StepMeta& m, const std::st
         });
       });
     });
-    DIL_LAUNCH_CHECK("idx_score_kernel");
   }
   copy_scores_out(c, a, scores, n_max, n_max);
   // V4.1 candidate source: the top cand_topk blocks by block score, ascending, -1 padded.

@@ -453,7 +453,6 @@ void indexer_scores_fast(Ctx& c, const IndexerArgs& a, const StepMeta& m, int64_
         else with_act(a.keys, "indexer keys", go);
       });
     });
-    DIL_LAUNCH_CHECK("idx_fast_simt_kernel");
     return;
   }
   const bool wg = how == FastScorer::Wgmma;

@@ -344,7 +344,7 @@ void mix_fast(Ctx& c, const Tensor& X, const HcArgs& a, Tensor pre, Tensor post,
   const int64_t n4 = M * nd / 4;
   launch_pdl(c, "hc_split_fn_kernel", hc_split_fn_kernel, dim3(unsigned(std::min<int64_t>(ceil_div(n4, 256), 132 * 8))), dim3(256), 0, a.fn.ptr<float>(),
                                                                                                   n4, pc);
-  launch_pdl(c, "hc_dots_kernel", hc_dots_kernel<M>, dim3(dim3(unsigned(ceil_div(T, kTcTok)), unsigned(S))), dim3(128), 0,
+  launch_pdl(c, "hc_dots_kernel", hc_dots_kernel<M>, dim3(unsigned(ceil_div(T, kTcTok)), unsigned(S)), dim3(128), 0,
       X.ptr<const bf16_t>(), pc, T, nd, ks, pp);
   // Warps per CTA: one at decode sizes, so that the few tokens' warps spread over as many SMs
   // (each warp's slice loads touch 32 lines; 8 warps on one SM made a 64-token step 26 us of L1).
@@ -365,7 +365,6 @@ void fused_fast(Ctx& c, const Tensor& X, const HcArgs& a, const Tensor& cpre, co
     launch_pdl(c, "hc_collapse_norm_kernel", hc_collapse_norm_kernel<TW>, dim3(unsigned(T)), dim3(256), 0, X.ptr<const bf16_t>(), cp, D, norm_w.ptr<TW>(),
                                                                    a.norm_eps, xn.ptr<bf16_t>());
   });
-  DIL_LAUNCH_CHECK("hc_collapse_norm_kernel");
 }
 
 // Whether the fast kernels take this call (else the exact kernels run it: the plan's

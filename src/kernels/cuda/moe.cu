@@ -450,7 +450,6 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
       launch_pdl(c, "moe_combine_kernel", moe_combine_kernel<TO>, dim3(stride_grid(T * D)), dim3(256), 0, y, I.pos_of, T, k, D, a.round_bf16,
                                                                         a.out.ptr<TO>());
     });
-    DIL_LAUNCH_CHECK("moe_combine_kernel");
   };
   if (wg) {
     static_assert(kWgBM == kMmaBM, "wgmma and its fallback share the tile map");
@@ -555,12 +554,11 @@ void moe_experts(Ctx& c, const MoeExpertsArgs& a, const std::string& impl) {
     }
     if (few) {
       dim3 grid(unsigned(ceil_div(N, kGemvThreads)), unsigned(max_tiles));
-      launch_pdl(c, "moe_gemv_kernel", moe_gemv_kernel, dim3(grid), dim3(kGemvThreads), 0, xin, ldx, gather, tab, I, o, N, N, K);
+      launch_pdl(c, what, moe_gemv_kernel, dim3(grid), dim3(kGemvThreads), 0, xin, ldx, gather, tab, I, o, N, N, K);
     } else {
       dim3 grid(unsigned(ceil_div(N, kBN)), unsigned(max_tiles));
-      launch_pdl(c, "moe_gemm_kernel", moe_gemm_kernel, dim3(grid), dim3(kGemmThreads), 0, xin, ldx, gather, tab, I, o, N, N, K);
+      launch_pdl(c, what, moe_gemm_kernel, dim3(grid), dim3(kGemmThreads), 0, xin, ldx, gather, tab, I, o, N, N, K);
     }
-    DIL_LAUNCH_CHECK(what);
   };
   grouped_gemm(x, xb, D, I.sorted_tok, t1, g, Idim, D, "moe grouped gemm (w1)");
   grouped_gemm(x, xb, D, I.sorted_tok, t3, u, Idim, D, "moe grouped gemm (w3)");

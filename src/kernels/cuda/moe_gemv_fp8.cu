@@ -255,8 +255,8 @@ void launch(Ctx& c, const GfMoeArgs& a, const uint8_t* aq, const float* as, floa
   dim3 grid(unsigned(ceil_div(kW13 ? a.I : a.D, rows_per_cta)), unsigned(a.max_tiles));
   if (smem > 48 * 1024)
     DIL_CUDA(cudaFuncSetAttribute(moe_gf_kernel<kW13>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  launch_pdl(c, "moe_gf_kernel", moe_gf_kernel<kW13>, dim3(grid), dim3(kGfThreads), smem, a, aq, as, out);
-  DIL_LAUNCH_CHECK(kW13 ? "moe_gf_kernel<w13>" : "moe_gf_kernel<w2>");
+  launch_pdl(c, kW13 ? "moe_gf_kernel<w13>" : "moe_gf_kernel<w2>", moe_gf_kernel<kW13>, grid, dim3(kGfThreads), smem, a,
+             aq, as, out);
 }
 
 }  // namespace
