@@ -1,6 +1,7 @@
 // /v1/chat/completions and /v1/completions: validate, render, tokenize, submit, then answer
 // with one JSON body or an SSE stream (role chunk, deltas, finish chunk, usage, [DONE]).
 #include <chrono>
+#include <cstdio>
 #include <optional>
 
 #include "core/check.h"
@@ -122,7 +123,7 @@ std::string completion_delta_chunks(StreamState& st, const ChoiceDelta& d, const
 
 // Called by the connection layer until sink.done(); each call waits briefly for engine output
 // so a disconnect (failed write) is noticed within one engine step of output.
-bool pump(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, http::DataSink& sink) {
+bool pump_unguarded(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, http::DataSink& sink) {
   std::string out;
   if (!st->started) {
     st->started = true;
@@ -173,6 +174,24 @@ bool pump(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, http:
   if (!out.empty() && !sink.write(out.data(), out.size())) return false;
   if (st->finished) sink.done();
   return true;
+}
+
+// The connection layer runs the provider on its own thread, where an escaping exception would
+// end the process: whatever goes wrong in one stream ends that stream with an error event (its
+// generation is dropped by the releaser), and the server goes on serving the others.
+bool pump(const std::shared_ptr<StreamState>& st, const tok::Tokenizer& t, http::DataSink& sink) {
+  try {
+    return pump_unguarded(st, t, sink);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "serve: stream ended by an internal error: %s\n", e.what());
+    const std::string out = sse(Json{{"error",
+                                      {{"message", std::string("internal error: ") + e.what()},
+                                       {"type", "server_error"},
+                                       {"param", nullptr},
+                                       {"code", nullptr}}}});
+    sink.write(out.data(), out.size());
+    return false;
+  }
 }
 
 void stream_response(http::Response& res, std::shared_ptr<StreamState> st, const tok::Tokenizer& t) {

@@ -31,7 +31,10 @@ std::string Tokenizer::token_bytes(int32_t id) const { return m_->token_bytes(id
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   std::string bytes;
   for (int32_t id : ids) {
-    if (id < 0 || id >= vocab_size()) DIL_FAIL("tokenizer: token id ", id, " out of range [0, ", vocab_size(), ")");
+    if (id < 0) DIL_FAIL("tokenizer: token id ", id, " is negative");
+    // Ids past the tokenizer's vocabulary have no text (a checkpoint's embedding and head are
+    // padded past it: V4's 129,280 rows for the tokenizer's 128,815 ids), as HF's decode skips them.
+    if (id >= vocab_size()) continue;
     if (skip_special && m_->is_special(id)) continue;
     bytes += m_->token_bytes(id);
   }
@@ -50,7 +53,9 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& t, bool skip_spe
     : t_(t), skip_special_(skip_special) {}
 
 std::string IncrementalDetokenizer::push(int32_t id) {
-  if (id < 0 || id >= t_.vocab_size()) DIL_FAIL("detokenizer: token id ", id, " out of range");
+  // A generated id the tokenizer does not have (the model's padded vocabulary rows) adds no text;
+  // never an error mid-stream.
+  if (id < 0 || id >= t_.vocab_size()) return "";
   if (skip_special_ && t_.is_special(id)) return "";
   pending_ += t_.model().token_bytes(id);
   // Hold back an unfinished multi-byte sequence; everything before it is final (invalid bytes

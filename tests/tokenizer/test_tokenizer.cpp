@@ -61,7 +61,24 @@ TEST(Tokenizer, DecodeRoundTripAndSkipSpecial) {
   EXPECT_EQ(skipped.find("<｜end▁of▁sentence｜>"), std::string::npos);
   EXPECT_NE(skipped.find("hi"), std::string::npos);
   EXPECT_THROW(v3().decode({-1}), Error);
-  EXPECT_THROW(v3().decode({static_cast<int32_t>(v3().vocab_size())}), Error);
+  // Ids past the tokenizer (a checkpoint's padded vocabulary rows: V4's head has 129,280 for the
+  // tokenizer's 128,815 ids) have no text, as HF's decode skips them.
+  const auto pad = static_cast<int32_t>(v3().vocab_size());
+  EXPECT_EQ(v3().decode({ids[0], pad, 129279, ids[1]}), v3().decode({ids[0], ids[1]}));
+}
+
+// A model may sample a padded id; the streaming detokenizer adds no text for it and never throws
+// (it runs on the server's connection threads, where an exception would end the process).
+TEST(Detokenizer, IdsPastTheTokenizerAddNoText) {
+  IncrementalDetokenizer d(v3(), false);
+  const auto ids = v3().encode("hello world");
+  std::string all = d.push(ids[0]);
+  EXPECT_EQ(d.push(static_cast<int32_t>(v3().vocab_size())), "");
+  EXPECT_EQ(d.push(129279), "");
+  EXPECT_EQ(d.push(-5), "");
+  for (size_t i = 1; i < ids.size(); ++i) all += d.push(ids[i]);
+  all += d.flush();
+  EXPECT_EQ(all, "hello world");
 }
 
 TEST(Tokenizer, LoadErrors) {
