@@ -58,7 +58,7 @@ TEST_F(CudaBenchGemv, DISABLED_Linear) {
     HostWeight hw = make_weight(c.k, c.out, c.in, c.block, 1500);
     const double wbytes = double(hw.w.size() + hw.scale.size());
     const int copies = int(std::clamp<double>(std::ceil(512e6 / wbytes), 1, 256));
-    auto fast = backend("linear", ""), old = backend("linear", c.old);
+    auto fast = backend("linear", ""), stream = backend("linear", "gemv_stream"), old = backend("linear", c.old);
     std::vector<Weight> ws;
     for (int i = 0; i < copies; ++i) ws.push_back(fast->adopt_weight(hw.wt));
     auto xh = bf16_of(random_vec(size_t(c.T * c.in), 1501, 3.0f));
@@ -66,7 +66,7 @@ TEST_F(CudaBenchGemv, DISABLED_Linear) {
     Tensor x(xb.data(), DType::BF16, {c.T, c.in}, Device::CUDA), o(ob.data(), c.odt, {c.T, c.out}, Device::CUDA);
     fast->upload(x, xh.data());
     const int reps = std::max(copies, 20);
-    for (Backend* be : {fast.get(), old.get()}) {
+    for (Backend* be : {fast.get(), stream.get(), old.get()}) {
       const std::string impl = be->impl_for(linear_site(ws[0], c.act, DType::BF16, c.odt, Numerics::Fast), c.T).name;
       const double ms = event_ms_per_call(*be, [&](int i) { be->linear(x, ws[size_t(i % copies)], c.act, o); }, reps);
       report("linear " + impl, c.what, ms, wbytes);

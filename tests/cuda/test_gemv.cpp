@@ -1,9 +1,10 @@
-// Parity of linear's fast-numerics GEMV (`gemv`, gemv_fast.cuh: T <= 8 rows, bf16 activations,
-// BF16 / FP8 128x128 / FP8 32x32 / FP4 weights) with the CPU's fast linear (double sums rounded
-// once), element by element under the bound derived in gemv_bound.h, at the models' shapes and
-// awkward ones (K not a multiple of the 2 x 32-chunk step, N not a multiple of the 32-row CTA,
-// chunk counts below one per lane, T = 1, 3, 8, and T = 16 where the plan switches to another
-// kernel).
+// Parity of linear's fast-numerics GEMVs (`gemv`, the plan's choice below 256 MB weights, and
+// `gemv_stream`, forced on a second backend: gemv_fast.cuh, T <= 8 rows, bf16 activations, BF16 /
+// FP8 128x128 / FP8 32x32 / FP4 weights) with the CPU's fast linear (double sums rounded once),
+// element by element under the bound derived in gemv_bound.h, at the models' shapes and awkward
+// ones (K not a multiple of the 2 x 32-chunk step, N not a multiple of the 32-row CTA nor of a
+// stream stage's rows, chunk counts below one per lane, T = 1, 3, 8, and T = 16 where the plan
+// switches to another kernel).
 #include "gemv_bound.h"
 
 namespace dil::test {
@@ -20,6 +21,16 @@ struct GvCase {
 
 class CudaGemv : public GemvParity {
  protected:
+  void SetUp() override {
+    GemvParity::SetUp();
+    if (IsSkipped()) return;
+    BackendOptions o = test_options();
+    o.force["linear"] = "gemv_stream";
+    stream = make_backend(BackendKind::CUDA, 0, o);
+    stream->set_numerics(Numerics::Fast);
+  }
+  std::unique_ptr<Backend> stream;  // gemv_stream forced (the plan takes it for >= 256 MB weights)
+
   void run(const GvCase& c, uint32_t seed) {
     gpu->set_numerics(Numerics::Fast);
     HostWeight hw = make_weight(c.kind, c.out, c.in, c.block, seed);
@@ -37,6 +48,15 @@ class CudaGemv : public GemvParity {
     if (c.T <= (lt ? 1 : 8)) {
       EXPECT_EQ(impl, "gemv") << c.what;
       compare_gemv(c.what, hw, c.act, x, c.T, c.odt, got);
+      // The streaming GEMV on the same inputs, under the same bound.
+      Tensor bo = poisoned(c.odt, {c.T, c.out});
+      const Tensor xb = devb(x, {c.T, c.in});
+      gpu->synchronize();  // stream runs on its own CUDA stream
+      stream->linear(xb, gw, c.act, bo);
+      stream->synchronize();
+      EXPECT_EQ(stream->impl_for(linear_site(gw, c.act, DType::BF16, c.odt, Numerics::Fast), c.T).name, "gemv_stream");
+      compare_gemv(c.what + " (gemv_stream)", hw, c.act, x, c.T, c.odt,
+                   c.odt == DType::BF16 ? downb(bo) : down<float>(bo));
       return;
     }
     // Above the GEMV's rows the plan's next regime runs (its bound: test_linear.cpp); here only that.

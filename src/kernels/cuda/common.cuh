@@ -3,6 +3,7 @@
 // host codecs in core/dtype.cpp, and small launch helpers.
 #pragma once
 #include <cublasLt.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -84,36 +85,28 @@ __device__ __forceinline__ float d_e4m3_to_f32(uint8_t v) {
   float mag = exp == 0 ? ldexpf(float(man), -9) : ldexpf(1.0f + man / 8.0f, exp - 7);
   return sign ? -mag : mag;
 }
-// Round to nearest even with saturation to +-448 (same steps as f32_to_e4m3).
+// Round to nearest even with saturation to +-448 (the value f32_to_e4m3 rounds to), by the
+// hardware conversion: cvt.rn.satfinite.e4m3x2.f32 rounds to nearest even on e4m3's grid
+// (subnormals at 2^-9), saturates overflow and infinities to +-448 and keeps the sign of a zero
+// result, which are f32_to_e4m3's steps; e4m3 -> f16 is exact. (The frexpf / ldexpf / division
+// steps written out cost ~100 instructions a value: the decode GEMVs spent several us per call
+// quantizing their input row that way in every CTA.) NaN stays the input NaN.
+__device__ __forceinline__ uint8_t d_e4m3_code(float f) {
+  uint16_t q;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(q) : "f"(0.0f), "f"(f));  // f into the low byte
+  return uint8_t(q & 0xffu);
+}
+__device__ __forceinline__ float d_e4m3_value(uint8_t code) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(uint16_t(code)));
+  return __half2float(__ushort_as_half(uint16_t(h & 0xffffu)));
+}
 __device__ __forceinline__ float d_round_e4m3(float f) {
   if (isnan(f)) return f;
-  float a = fabsf(f);
-  float q;
-  if (a >= 448.0f) {
-    q = 448.0f;
-  } else {
-    int e;
-    frexpf(a, &e);
-    int unbiased = e - 1;
-    if (unbiased < -6) unbiased = -6;
-    float quantum = ldexpf(1.0f, unbiased - 3);
-    q = rintf(a / quantum) * quantum;
-    if (q > 448.0f) q = 448.0f;
-  }
-  return signbit(f) ? -q : q;
+  return d_e4m3_value(d_e4m3_code(f));
 }
-__device__ __forceinline__ uint8_t d_f32_to_e4m3(float f) {
-  // f must already be representable (output of d_round_e4m3).
-  uint8_t sign = signbit(f) ? 0x80 : 0;
-  float q = fabsf(f);
-  if (q == 0.0f) return sign;
-  int qe;
-  float qm = frexpf(q, &qe);
-  int ub = qe - 1;
-  if (ub < -6) return sign | uint8_t(lrintf(q / ldexpf(1.0f, -9)));
-  int man = int(lrintf((qm * 2.0f - 1.0f) * 8.0f));
-  return sign | uint8_t(((ub + 7) << 3) | man);
-}
+// The code of a representable f (an output of d_round_e4m3).
+__device__ __forceinline__ uint8_t d_f32_to_e4m3(float f) { return d_e4m3_code(f); }
 __device__ __forceinline__ float d_e2m1_to_f32(uint8_t nib) {
   const float m = (nib & 7) < 4 ? 0.5f * float(nib & 7)
                                 : ((nib & 7) == 4 ? 2.f : (nib & 7) == 5 ? 3.f : (nib & 7) == 6 ? 4.f : 6.f);

@@ -22,7 +22,9 @@
 //   GEMM per group (dequant_bf16_lt).
 // - gemv (fast numerics, at most kGvMaxRows rows: gemv_fast.cu): bf16 x (QDQ'd into a bf16
 //   scratch first where the op quantizes) streamed against BF16 / FP8 / FP4 weights read once,
-//   f32 accumulation, out's dtype.
+//   f32 accumulation, out's dtype. gemv_stream (gemv_stream.cu): the same sums with the weight
+//   streamed through shared memory by bulk copies (the plan's choice for weights of >= 256 MB:
+//   the head).
 // - simt: everything else (fewer rows, FP4, F32, shapes cuBLASLt rejects): the exact SIMT
 //   kernels of gemm_simt.cuh / gemv.cuh, after an activation QDQ when asked.
 #include <cstdio>
@@ -463,8 +465,8 @@ void linear_typed(Ctx& c, const TX* x, int64_t M, const Weight& w, int act_block
   } else if (impl == "cublaslt_bf16_split") {
     DIL_CHECK((std::is_same_v<TX, float>), "linear cublaslt_bf16_split: f32 activations");
     if constexpr (std::is_same_v<TX, float>) ran = linear_bf16_split_lt(c, x, M, w, out);
-  } else if (impl == "gemv") {
-    DIL_CHECK(is_bf16<TX>, "linear gemv: bf16 activations");
+  } else if (impl == "gemv" || impl == "gemv_stream") {
+    DIL_CHECK(is_bf16<TX>, "linear ", impl, ": bf16 activations");
     if constexpr (is_bf16<TX>) {
       // The act_quant QDQ is applied by the GEMV as it stages x (no separate pass) where it can
       // (gv_stages_qdq); else here first (QDQ'd values are exact in bf16).
@@ -476,7 +478,8 @@ void linear_typed(Ctx& c, const TX* x, int64_t M, const Weight& w, int act_block
         fp8_qdq(c, x, w.in, static_cast<bf16_t*>(xq.data()), w.in, M, int(w.in), act_block);
         xg = static_cast<const bf16_t*>(xq.data());
       }
-      gemv_fast(c, xg, w.in, M, make_wview(w), out, w.out, GvGroups{}, fused ? act_block : 0);
+      auto* gemv = impl == "gemv" ? &gemv_fast<TO> : &gemv_stream<TO>;
+      gemv(c, xg, w.in, M, make_wview(w), out, w.out, GvGroups{}, fused ? act_block : 0);
       return;
     }
   } else if (impl == "dequant_bf16_lt") {

@@ -5,53 +5,6 @@
 namespace dil::cuda {
 namespace {
 
-// gv_stage with the act_quant FP8 QDQ of x in blocks of A (fp8_qdq's arithmetic: the block's
-// amax, s = d_act_scale(amax), d_act_round(v, s) * s, exact in bf16), in one pass: warp w
-// takes blocks w, w + kGvWarps, ... (4 of them in flight), each lane A / 32 consecutive values
-// of a block (one 8-value group), the amax by a warp max (exact in any order). Rows [T, R) zero.
-template <int FMT, int A>
-__device__ __forceinline__ void gv_stage_qdq(uint16_t* xs, const uint16_t* x, int64_t ldx, int T, int R, int64_t K,
-                                             bool vec) {
-  constexpr int PL = A / 32, U = 4, V = gv_values<FMT>();
-  static_assert(A % 32 == 0 && PL <= 8, "one 8-value group per lane and block");
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t nblk = K / A, total = int64_t(T) * nblk, C = K / V;
-  for (int64_t rb0 = warp; rb0 < total; rb0 += int64_t(kGvWarps) * U) {
-    uint16_t v[U][PL];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t rb = rb0 + int64_t(u) * kGvWarps;
-      const uint16_t* src = x + (rb / nblk) * ldx + (rb % nblk) * A + lane * PL;
-      if (rb >= total) {
-#pragma unroll
-        for (int p = 0; p < PL; ++p) v[u][p] = 0;
-      } else if (PL == 4 && vec) {  // 8-byte aligned: rows 16-byte aligned, blocks of 128
-        const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
-        v[u][0] = uint16_t(w.x), v[u][1 % PL] = uint16_t(w.x >> 16);
-        v[u][2 % PL] = uint16_t(w.y), v[u][3 % PL] = uint16_t(w.y >> 16);
-      } else {
-#pragma unroll
-        for (int p = 0; p < PL; ++p) v[u][p] = src[p];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t rb = rb0 + int64_t(u) * kGvWarps;
-      if (rb >= total) break;  // warp-uniform
-      float amax = 0.f;
-#pragma unroll
-      for (int p = 0; p < PL; ++p) amax = fmaxf(amax, fabsf(__uint_as_float(uint32_t(v[u][p]) << 16)));
-      const float sc = d_act_scale(warp_max(amax));
-      const int64_t r = rb / nblk, k0 = (rb % nblk) * A + lane * PL;  // first value of the lane
-      uint16_t* dst = xs + r * K + gv_xpos(k0 / V, int(k0 % V) / 8, C) + k0 % 8;
-#pragma unroll
-      for (int p = 0; p < PL; ++p)
-        dst[p] = uint16_t(__float_as_uint(d_round_bf16(d_act_round(__uint_as_float(uint32_t(v[u][p]) << 16), sc) * sc)) >> 16);
-    }
-  }
-  for (int64_t i = threadIdx.x; i < int64_t(R - T) * K; i += blockDim.x) xs[int64_t(T) * K + i] = 0;
-}
-
 // x [T, K] bf16 (row stride ldx) -> out [T, N] (row stride ldo). A row block: kGvWarps / ks row
 // groups of kGvRowsPerWarp weight rows, ks warps (K slices) per group. The grid is at most one
 // resident wave: CTA b stages x once and then serves row blocks b, b + gridDim.x, ... (staging x
@@ -110,7 +63,7 @@ __global__ void __launch_bounds__(kGvThreads) gemv_fast_kernel(const uint16_t* x
     for (int i = 0; i < kGvRowsPerWarp; ++i)
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
-    gv_warp<FMT, R>(xs, K, rows, c0, c1, gv_cpb(w), acc);
+    gv_warp<FMT, R>(xs, K, rows, c0, c1, gv_cps(w), acc);
     float* rb = red + buf * (kGvWarps * kGvRowsPerWarp * R);
     if (lane == 0) {
 #pragma unroll
@@ -186,7 +139,7 @@ void gemv_fast(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, 
   switch (w.kind) {
     case 1: launch_rows<1>(c, x, ldx, T, w, out, ldo, gr, act); break;
     case 2:
-      DIL_CHECK(w.bk % 16 == 0, "gemv_fast: FP8 block ", w.bk, " not a multiple of 16");
+      DIL_CHECK(gv_block_ok(w.bk), "gemv_fast: FP8 block ", w.bk, " not 16 x a power of two");
       launch_rows<2>(c, x, ldx, T, w, out, ldo, gr, act);
       break;
     case 3: launch_rows<3>(c, x, ldx, T, w, out, ldo, gr, act); break;

@@ -100,13 +100,13 @@ template <int FMT, class RowOf>
 __device__ __forceinline__ void gv_stage(uint16_t* xs, const uint16_t* x, int64_t ldx, RowOf row_of, int nrows,
                                          int R, int64_t K, bool vec) {
   constexpr int V = gv_values<FMT>();
-  const int64_t C = K / V, groups = K / 8;
-  for (int64_t i = threadIdx.x; i < int64_t(R) * groups; i += blockDim.x) {
-    const int r = int(i / groups);
-    const int64_t q = i % groups;  // values [8q, 8q + 8) of the row
-    const int64_t c = (8 * q) / V;
-    const int g = int((8 * q) % V) / 8;
-    uint16_t* dst = xs + int64_t(r) * K + gv_xpos(c, g, C);
+  const int C = int(K) / V, groups = int(K) / 8;  // 32-bit index math: R <= 8, K <= 8192
+  for (int i = threadIdx.x; i < R * groups; i += blockDim.x) {
+    const int r = i / groups;
+    const int q = i % groups;  // values [8q, 8q + 8) of the row
+    const int c = (8 * q) / V;
+    const int g = ((8 * q) % V) / 8;
+    uint16_t* dst = xs + r * int(K) + gv_xpos(c, g, C);
     if (r >= nrows) {
       *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
       continue;
@@ -123,6 +123,70 @@ __device__ __forceinline__ void gv_stage(uint16_t* xs, const uint16_t* x, int64_
   }
 }
 
+// gv_stage with the act_quant FP8 QDQ of x in blocks of A (fp8_qdq's values: the block's amax,
+// s = d_act_scale(amax), d_act_round(v, s) * s, exact in bf16), in one pass: warp w (of the
+// first kGvWarps: a CTA may have more) takes blocks w, w + kGvWarps, ... (4 of them in flight),
+// each lane A / 32 consecutive values of a block (one 8-value group), the amax by a warp max
+// (exact in any order). Rows [T, R) zero. Every CTA of a GEMV stages x, so the per-value work is
+// kept short: 32-bit indices (T <= 8, K <= 8192), s = 2^e built from e (s is a power of two in
+// f32's normal range, as amax >= 1e-4 and amax <= bf16 max give e in [-22, 120]), v / s computed as
+// v * 2^-e (the same exact quotient, rounded once), the hardware e4m3 rounding.
+template <int FMT, int A>
+__device__ __forceinline__ void gv_stage_qdq(uint16_t* xs, const uint16_t* x, int64_t ldx, int T, int R, int64_t K,
+                                             bool vec) {
+  constexpr int PL = A / 32, U = 4, V = gv_values<FMT>();
+  static_assert(A % 32 == 0 && PL <= 8, "one 8-value group per lane and block");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int Ki = int(K), nblk = Ki / A, total = warp < kGvWarps ? T * nblk : 0, C = Ki / V;
+  for (int rb0 = warp; rb0 < total; rb0 += kGvWarps * U) {
+    uint16_t v[U][PL];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int rb = rb0 + u * kGvWarps;
+      const uint16_t* src = x + int64_t(rb / nblk) * ldx + (rb % nblk) * A + lane * PL;
+      if (rb >= total) {
+#pragma unroll
+        for (int p = 0; p < PL; ++p) v[u][p] = 0;
+      } else if (PL == 4 && vec) {  // 8-byte aligned: rows 16-byte aligned, blocks of 128
+        const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+        v[u][0] = uint16_t(w.x), v[u][1 % PL] = uint16_t(w.x >> 16);
+        v[u][2 % PL] = uint16_t(w.y), v[u][3 % PL] = uint16_t(w.y >> 16);
+      } else {
+#pragma unroll
+        for (int p = 0; p < PL; ++p) v[u][p] = src[p];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int rb = rb0 + u * kGvWarps;
+      if (rb >= total) break;  // warp-uniform
+      float amax = 0.f;
+#pragma unroll
+      for (int p = 0; p < PL; ++p) amax = fmaxf(amax, fabsf(__uint_as_float(uint32_t(v[u][p]) << 16)));
+      // d_act_scale: s = pow2_ceil(max(amax, 1e-4) / 448) = 2^e.
+      const uint32_t b = __float_as_uint(fmaxf(warp_max(amax), 1e-4f) * (1.0f / 448.0f));
+      const int e = int((b >> 23) & 0xffu) - 127 + ((b & 0x7fffffu) != 0u);
+      const float sc = __uint_as_float(uint32_t(min(e, 128) + 127) << 23);  // e = 128: inf, as d_pow2_ceil
+      const float inv = __uint_as_float(uint32_t(127 - min(e, 120)) << 23);
+      const int r = rb / nblk, k0 = (rb % nblk) * A + lane * PL;  // first value of the lane
+      uint16_t* dst = xs + r * Ki + gv_xpos(k0 / V, (k0 % V) / 8, C) + k0 % 8;
+      if (e > 120) {  // amax infinite (finite bf16 values give e <= 120): d_act_round's own steps
+#pragma unroll
+        for (int p = 0; p < PL; ++p)
+          dst[p] = uint16_t(
+              __float_as_uint(d_round_bf16(d_act_round(__uint_as_float(uint32_t(v[u][p]) << 16), sc) * sc)) >> 16);
+        continue;
+      }
+#pragma unroll
+      for (int p = 0; p < PL; ++p) {
+        const float q = d_round_e4m3(fminf(fmaxf(__uint_as_float(uint32_t(v[u][p]) << 16) * inv, -448.f), 448.f));
+        dst[p] = uint16_t(__float_as_uint(q * sc) >> 16);  // e4m3 x 2^e: exact in bf16
+      }
+    }
+  }
+  for (int i = threadIdx.x; i < (R - T) * int(K); i += blockDim.x) xs[T * K + i] = 0;
+}
+
 // One weight row as the warp reads it: its bytes, and its E8M0 scale row (null: BF16).
 struct GvRow {
   const uint8_t* w = nullptr;   // row start; null: a padding row (not read, result unused)
@@ -131,10 +195,11 @@ struct GvRow {
 
 // The warp's part of out for its kGvRowsPerWarp rows over chunks [c0, c1) (lane-strided):
 // acc[i][r] += the f32 sums of row i with activation row r (R rows staged in xs).
-// cpb: chunks per scale column (FP8 bk / 16; FP4 1).
+// cps: log2 of the chunks per scale column (FP8 log2(bk / 16), a power of two; FP4 0): a shift,
+// where a division of the 64-bit chunk index cost ~60 instructions per chunk and row.
 template <int FMT, int R>
-__device__ __forceinline__ void gv_warp(const uint16_t* xs, int64_t K, const GvRow (&rows)[kGvRowsPerWarp],
-                                        int64_t c0, int64_t c1, int cpb, float (&acc)[kGvRowsPerWarp][R]) {
+__device__ __forceinline__ void gv_warp(const uint16_t* xs, int64_t K, const GvRow (&rows)[kGvRowsPerWarp], int64_t c0,
+                                        int64_t c1, int cps, float (&acc)[kGvRowsPerWarp][R]) {
   constexpr int V = gv_values<FMT>(), G = V / 8;
   const int64_t C = K / V;
   const int lane = threadIdx.x & 31;
@@ -149,7 +214,7 @@ __device__ __forceinline__ void gv_warp(const uint16_t* xs, int64_t K, const GvR
       for (int i = 0; i < kGvRowsPerWarp; ++i) {
         const bool ok = c < c1 && rows[i].w;
         q[i][u] = ok ? __ldg(reinterpret_cast<const uint4*>(rows[i].w) + c) : make_uint4(0, 0, 0, 0);
-        if constexpr (FMT != 1) sc[i][u] = ok ? d_e8m0_fast(__ldg(rows[i].s + c / cpb)) : 0.f;
+        if constexpr (FMT != 1) sc[i][u] = ok ? d_e8m0_fast(__ldg(rows[i].s + (c >> cps))) : 0.f;
       }
     }
 #pragma unroll
@@ -226,7 +291,9 @@ __device__ __forceinline__ GvRow gv_row(const WView& w, int64_t n) {
   }
   return g;
 }
-__device__ __forceinline__ int gv_cpb(const WView& w) { return w.kind == 2 ? w.bk / 16 : 1; }
+__device__ __forceinline__ int gv_cps(const WView& w) { return w.kind == 2 ? __ffs(w.bk / 16) - 1 : 0; }
+// Whether a launcher can take FP8 K blocks of bk: 16 x a power of two (V4 128, V4.1 32).
+inline bool gv_block_ok(int64_t bk) { return bk >= 16 && bk % 16 == 0 && ((bk / 16) & (bk / 16 - 1)) == 0; }
 
 // ---- launchers (gemv_fast.cu, moe_gemv.cu) ----
 
@@ -255,6 +322,14 @@ inline bool gv_stages_qdq(int kind, int64_t k, int act) {
 template <class TO>
 void gemv_fast(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, TO* out, int64_t ldo,
                const GvGroups& groups = {}, int act = 0);
+
+// The same product (same per-row arithmetic and bound) by streaming (gemv_stream.cu): each CTA
+// owns a contiguous range of weight rows and a dedicated producer warp brings them through a ring
+// of shared-memory stages by bulk copies (the first stages issued before the kernel waits for its
+// inputs), so HBM sees a steady stream instead of one round trip per row block.
+template <class TO>
+void gemv_stream(Ctx& c, const bf16_t* x, int64_t ldx, int64_t T, const WView& w, TO* out, int64_t ldo,
+                 const GvGroups& groups = {}, int act = 0);
 
 // Routed experts at decode sizes (moe.cu, impl "gemv"): over the tile map of kGvMoeRows-row
 // tiles, (1) h = SwiGLU(w1 x, w3 x) * route_w for every sorted row (w1 and w3 rows of the same

@@ -37,14 +37,14 @@ __device__ __forceinline__ GvTile gv_tile(const MoeTileMap& m) {
 // gv_warp with R = the tile's row count rounded up to 1, 2 or 4 (a CTA-uniform branch), the
 // lane-0 sums written to red [kGvWarps][kGvRowsPerWarp][kGvMoeRows].
 template <int FMT, int R>
-__device__ __forceinline__ void gv_warp_to(const uint16_t* xs, int64_t K, const GvRow (&rows)[kGvRowsPerWarp],
-                                           int cpb, float* red) {
+__device__ __forceinline__ void gv_warp_to(const uint16_t* xs, int64_t K, const GvRow (&rows)[kGvRowsPerWarp], int cps,
+                                           float* red) {
   float acc[kGvRowsPerWarp][R];
 #pragma unroll
   for (int i = 0; i < kGvRowsPerWarp; ++i)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
-  gv_warp<FMT, R>(xs, K, rows, 0, K / gv_values<FMT>(), cpb, acc);
+  gv_warp<FMT, R>(xs, K, rows, 0, K / gv_values<FMT>(), cps, acc);
   if ((threadIdx.x & 31) == 0) {
     const int warp = threadIdx.x >> 5;
 #pragma unroll
@@ -53,11 +53,14 @@ __device__ __forceinline__ void gv_warp_to(const uint16_t* xs, int64_t K, const 
       for (int r = 0; r < R; ++r) red[(warp * kGvRowsPerWarp + i) * kGvMoeRows + r] = acc[i][r];
   }
 }
-__device__ __forceinline__ void gv_warp_rows(int nr, const uint16_t* xs, int64_t K,
-                                             const GvRow (&rows)[kGvRowsPerWarp], int cpb, float* red) {
-  if (nr <= 1) gv_warp_to<3, 1>(xs, K, rows, cpb, red);
-  else if (nr <= 2) gv_warp_to<3, 2>(xs, K, rows, cpb, red);
-  else gv_warp_to<3, 4>(xs, K, rows, cpb, red);
+__device__ __forceinline__ void gv_warp_rows(int nr, const uint16_t* xs, int64_t K, const GvRow (&rows)[kGvRowsPerWarp],
+                                             int cps, float* red) {
+  if (nr <= 1)
+    gv_warp_to<3, 1>(xs, K, rows, cps, red);
+  else if (nr <= 2)
+    gv_warp_to<3, 2>(xs, K, rows, cps, red);
+  else
+    gv_warp_to<3, 4>(xs, K, rows, cps, red);
 }
 
 // h [rows, I] f32 (sorted rows) = SwiGLU(w1 x, w3 x) * route_w; grid (ceil(I / kW13Cols / kLoop), max_tiles).
@@ -88,7 +91,7 @@ __global__ void __launch_bounds__(kGvThreads, 2) moe_gemv_w13_kernel(GvMoeArgs a
       rows[2 * j] = ok ? gv_row(w1, n0 + j) : GvRow{};
       rows[2 * j + 1] = ok ? gv_row(w3, n0 + j) : GvRow{};
     }
-    gv_warp_rows(t.nr, xs, K, rows, 1, rb);
+    gv_warp_rows(t.nr, xs, K, rows, 0, rb);
     __syncthreads();
     // Thread per (row, column), columns fastest.
     for (int o = threadIdx.x; o < t.nr * kW13Cols; o += blockDim.x) {
@@ -132,7 +135,7 @@ __global__ void __launch_bounds__(kGvThreads, 2) moe_gemv_w2_kernel(GvMoeArgs a,
     GvRow rows[kGvRowsPerWarp];
 #pragma unroll
     for (int i = 0; i < kGvRowsPerWarp; ++i) rows[i] = n0 + i < a.D ? gv_row(w2, n0 + i) : GvRow{};
-    gv_warp_rows(t.nr, xs, K, rows, 1, rb);
+    gv_warp_rows(t.nr, xs, K, rows, 0, rb);
     __syncthreads();
     for (int o = threadIdx.x; o < t.nr * kW2Rows; o += blockDim.x) {
       const int r = o / kW2Rows, lr = o % kW2Rows;

@@ -56,16 +56,37 @@ Reqs gemv_common(const OpSite& s) {
           need(s.act == DType::BF16, "bf16 activations"),
           need(s.k % 32 == 0 && s.k <= kGvMaxK, "K a multiple of 32, at most 8192"), act_f32_or_bf16(s)};
 }
+// FP8 K blocks the GEMVs take: 16 x a power of two (gemv_fast.cuh gv_block_ok: the scale column
+// of a 16-byte chunk is a shift of its index).
+bool gv_block_ok(int64_t bk) { return bk >= 16 && bk % 16 == 0 && ((bk / 16) & (bk / 16 - 1)) == 0; }
 Reqs gemv(const OpSite& s) {  // up to kGvMaxRows rows
   Reqs r = gemv_common(s);
-  r.push_back(need(s.wkind == kBF16 || s.wkind == kFP4 || (s.wkind == kFP8 && s.block_in % 16 == 0),
-                   "a BF16, FP4 or FP8 weight (FP8 K blocks multiples of 16)"));
+  r.push_back(need(s.wkind == kBF16 || s.wkind == kFP4 || (s.wkind == kFP8 && gv_block_ok(s.block_in)),
+                   "a BF16, FP4 or FP8 weight (FP8 K blocks 16 x a power of two)"));
   r.push_back(need(!lt_takes(s), "a weight cuBLASLt cannot take (FP8-32, FP4, odd shapes)"));
   return r;
 }
 Reqs gemv_one(const OpSite& s) {  // one row
   Reqs r = gemv_common(s);
   r.push_back(need(lt_takes(s), "a weight cuBLASLt takes from 2 rows (FP8 128x128 with act 128, BF16)"));
+  return r;
+}
+// gemv_stream over gemv: from this many weight bytes (measured on the H200 at one row, each
+// against the other in the same job: the 1.06 GB BF16 head 241 vs 276 us; FP8 weights of 4-34 MB
+// 3-5% slower, V4.1's FP8-32 ones up to 25%: docs/performance.md).
+constexpr double kStreamMinBytes = 256e6;
+bool big_weight(const OpSite& s) {
+  const double per = s.wkind == kBF16 ? 2.0 : s.wkind == kFP8 ? 1.0 : s.wkind == kFP4 ? 0.5 : 4.0;
+  return double(s.n) * double(s.k) * per >= kStreamMinBytes;
+}
+Reqs gemv_big(const OpSite& s) {
+  Reqs r = gemv(s);
+  r.push_back(need(big_weight(s), "a weight of at least 256 MB (below, gemv's resident wave is faster)"));
+  return r;
+}
+Reqs gemv_one_big(const OpSite& s) {
+  Reqs r = gemv_one(s);
+  r.push_back(need(big_weight(s), "a weight of at least 256 MB (below, gemv's resident wave is faster)"));
   return r;
 }
 Reqs dequant_lt(const OpSite& s) {
@@ -91,8 +112,9 @@ Reqs gl_gemv(const OpSite& s) {
   const int64_t n = s.groups ? s.n / s.groups : s.n;
   return {need(s.numerics == Numerics::Fast, "fast numerics (bf16 activations, f32 accumulation)"),
           need(s.act == DType::BF16, "bf16 activations"),
-          need(s.wkind == kBF16 || (s.wkind == kFP8 && s.block_in % 16 == 0 && s.block_out > 0 && n % s.block_out == 0),
-               "a BF16 or FP8 weight (FP8 K blocks multiples of 16, groups of whole row blocks)"),
+          need(s.wkind == kBF16 ||
+                   (s.wkind == kFP8 && gv_block_ok(s.block_in) && s.block_out > 0 && n % s.block_out == 0),
+               "a BF16 or FP8 weight (FP8 K blocks 16 x a power of two, groups of whole row blocks)"),
           need(s.k % 32 == 0 && s.k <= kGvMaxK, "K a multiple of 32, at most 8192"), act_f32_or_bf16(s)};
 }
 Reqs gl_dequant_split(const OpSite& s) {
@@ -246,6 +268,13 @@ std::vector<KernelImpl> build() {
                                                    "tensor-core dots promoted every 64 columns; bf16 flips of u and xn");
   const std::string lin = "tests/cuda/test_linear.cpp";
   std::vector<KernelImpl> r = {
+      {"linear", "gemv_stream", "decode-sized GEMV streaming the weight: each CTA a contiguous range of whole rows, "
+       "a producer warp keeping 4 bulk copies (<= 16 KB of rows each) in flight into a shared-memory ring (the first "
+       "issued before the kernel waits for its inputs), 8 consumer warps doing gemv's arithmetic per (row, K slice) "
+       "from shared memory, slices summed in order by the producer", gemv_big, 0, gemv_bound,
+       "tests/cuda/test_gemv.cpp", kGvMaxRows},
+      {"linear", "gemv_stream", "the same streaming GEMV for one row of a weight cuBLASLt runs from 2 rows on (the "
+       "head)", gemv_one_big, 0, gemv_bound, "tests/cuda/test_gemv.cpp", 1},
       {"linear", "gemv", "decode-sized GEMV: warps along weight rows, lanes along K with 16-byte loads (2 x 4 in "
        "flight), bf16 activations staged in shared memory (FP8-QDQ'd while staged where quantized), FP8 / FP4 decoded by "
        "cvt.e4m3x2, f32 accumulation per 16-byte chunk, block scale, warp-shuffle and K-slice reduction", gemv, 0,
@@ -271,6 +300,12 @@ std::vector<KernelImpl> build() {
       {"linear", "simt", "SIMT tiles (decode sizes: a few-rows kernel), weights decoded in shared memory, f32 or bf16 "
        "activations widened, double accumulation over k ascending", simt_gemm, 0,
        exact_tolerance("a bf16 output: the reference's rounding"), lin},
+      // The streaming GEMV at any weight size, after every regime the plan uses: never chosen on
+      // its own, found by `--kernels linear=gemv_stream` (the same-job comparison with gemv).
+      {"linear", "gemv_stream", "the streaming GEMV below the weight size where the plan prefers it (forced only)",
+       gemv, 0, gemv_bound, "tests/cuda/test_gemv.cpp", kGvMaxRows},
+      {"linear", "gemv_stream", "the streaming GEMV for one row below the weight size where the plan prefers it "
+       "(forced only)", gemv_one, 0, gemv_bound, "tests/cuda/test_gemv.cpp", 1},
       {"grouped_linear", "gemv", "wo_a at decode sizes: linear's gemv, every group in one launch (the group's "
        "weight rows, the bf16 inputs read in place with row stride G*K)", gl_gemv, 0,
        gemv_bound, "tests/cuda/test_gemv.cpp", kGvMaxRows},
