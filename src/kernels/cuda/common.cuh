@@ -130,11 +130,16 @@ __device__ __forceinline__ float d_round_e2m1(float v) {
   if (r > 6.0f) r = 6.0f;
   return signbit(v) ? -r : r;
 }
+// 2^exp with exp = v's unbiased exponent field, + 1 when the significand bits are not zero, as
+// ldexpf(1, exp) gives it (exp in [-127, 129]: 2^-127 is the subnormal 0x00400000, exp >= 128
+// overflows to inf), built from the bits (ldexpf is a library routine: every GEMV CTA takes this
+// per activation block).
 __device__ __forceinline__ float d_pow2_ceil(float v) {
-  uint32_t b = __float_as_uint(v);
-  int exp = int((b >> 23) & 0xff) - 127;
-  if (b & 0x7fffffu) exp += 1;
-  return ldexpf(1.0f, exp);
+  const uint32_t b = __float_as_uint(v);
+  const int exp = int((b >> 23) & 0xffu) - 127 + ((b & 0x7fffffu) != 0u);
+  if (exp >= 128) return __uint_as_float(0x7f800000u);
+  if (exp == -127) return __uint_as_float(0x00400000u);
+  return __uint_as_float(uint32_t(exp + 127) << 23);
 }
 // The official ue8m0 FP8 activation quantization (act_quant) of one block: its scale from the
 // block's amax, s = pow2_ceil(max(amax, 1e-4) / 448), and a value's e4m3 rounding under it

@@ -128,9 +128,9 @@ __device__ __forceinline__ void gv_stage(uint16_t* xs, const uint16_t* x, int64_
 // first kGvWarps: a CTA may have more) takes blocks w, w + kGvWarps, ... (4 of them in flight),
 // each lane A / 32 consecutive values of a block (one 8-value group), the amax by a warp max
 // (exact in any order). Rows [T, R) zero. Every CTA of a GEMV stages x, so the per-value work is
-// kept short: 32-bit indices (T <= 8, K <= 8192), s = 2^e built from e (s is a power of two in
-// f32's normal range, as amax >= 1e-4 and amax <= bf16 max give e in [-22, 120]), v / s computed as
-// v * 2^-e (the same exact quotient, rounded once), the hardware e4m3 rounding.
+// kept short: 32-bit indices (T <= 8, K <= 8192), and v / s as v x (1 / s) with 1 / s taken once
+// per block: s is a power of two in [2^-22, 2^120] or inf (d_act_scale), so 1 / s is exact and
+// the product is the same once-rounded quotient (inf: 0, giving v / inf's 0 or NaN likewise).
 template <int FMT, int A>
 __device__ __forceinline__ void gv_stage_qdq(uint16_t* xs, const uint16_t* x, int64_t ldx, int T, int R, int64_t K,
                                              bool vec) {
@@ -163,24 +163,13 @@ __device__ __forceinline__ void gv_stage_qdq(uint16_t* xs, const uint16_t* x, in
       float amax = 0.f;
 #pragma unroll
       for (int p = 0; p < PL; ++p) amax = fmaxf(amax, fabsf(__uint_as_float(uint32_t(v[u][p]) << 16)));
-      // d_act_scale: s = pow2_ceil(max(amax, 1e-4) / 448) = 2^e.
-      const uint32_t b = __float_as_uint(fmaxf(warp_max(amax), 1e-4f) * (1.0f / 448.0f));
-      const int e = int((b >> 23) & 0xffu) - 127 + ((b & 0x7fffffu) != 0u);
-      const float sc = __uint_as_float(uint32_t(min(e, 128) + 127) << 23);  // e = 128: inf, as d_pow2_ceil
-      const float inv = __uint_as_float(uint32_t(127 - min(e, 120)) << 23);
+      const float sc = d_act_scale(warp_max(amax)), inv = 1.0f / sc;
       const int r = rb / nblk, k0 = (rb % nblk) * A + lane * PL;  // first value of the lane
       uint16_t* dst = xs + r * Ki + gv_xpos(k0 / V, (k0 % V) / 8, C) + k0 % 8;
-      if (e > 120) {  // amax infinite (finite bf16 values give e <= 120): d_act_round's own steps
-#pragma unroll
-        for (int p = 0; p < PL; ++p)
-          dst[p] = uint16_t(
-              __float_as_uint(d_round_bf16(d_act_round(__uint_as_float(uint32_t(v[u][p]) << 16), sc) * sc)) >> 16);
-        continue;
-      }
 #pragma unroll
       for (int p = 0; p < PL; ++p) {
         const float q = d_round_e4m3(fminf(fmaxf(__uint_as_float(uint32_t(v[u][p]) << 16) * inv, -448.f), 448.f));
-        dst[p] = uint16_t(__float_as_uint(q * sc) >> 16);  // e4m3 x 2^e: exact in bf16
+        dst[p] = uint16_t(__float_as_uint(d_round_bf16(q * sc)) >> 16);
       }
     }
   }

@@ -1,14 +1,16 @@
 // linear's `gemv_stream` (fast numerics, T <= kGvMaxRows rows): gemv_fast's product with the
 // weight streamed through shared memory.
 //
-// Why: at decode sizes the GEMV is one pass over the weight, and what limits it is how many bytes
-// are in flight, not arithmetic. gemv_fast's warps load their rows' chunks into registers, use
-// them and only then load again, with a CTA barrier per row block: HBM sees bursts separated by
-// a round trip each (measured at T = 1: 1.2-1.5 TB/s on 34 MB weights, 0.4 TB/s on 4 MB). Here
-// each CTA owns a contiguous range of whole weight rows, which in the row-major weight is one
-// contiguous byte range, and a producer warp keeps kGsStages bulk copies of it in flight into a
-// ring of shared-memory stages; the first ones are issued before the kernel waits for the
-// previous kernel (weights are never written by the stream), so they overlap its tail.
+// Why: at decode sizes the GEMV is one pass over the weight. gemv_fast's warps load their
+// rows' chunks into registers, use them and only then load again, with a CTA barrier per row
+// block, so HBM sees bursts separated by round trips. Here each CTA owns a contiguous range of
+// whole weight rows, which in the row-major weight is one contiguous byte range, and a producer
+// warp keeps kGsStages bulk copies of it in flight into a ring of shared-memory stages; the first
+// ones are issued before the kernel waits for the previous kernel (weights are never written by
+// the stream), so they overlap its tail. Measured (docs/performance.md, fifteenth session): it
+// streams the 1.06 GB head at 4.39 TB/s (gemv_fast 3.84), but on 4-34 MB weights, where a CTA
+// serves only one or two stages, it is 3-25% slower than gemv_fast; the plan takes it from
+// 256 MB (registry.cpp kStreamMinBytes).
 //
 // Layout: a stage holds rps whole rows (rps a power of two, rps x row bytes <= kGsStageBytes).
 // The 8 consumer warps split a stage's rows: rps < 8 rows are cut into ks = 8 / rps K slices (a
